@@ -1,0 +1,361 @@
+r"""Explorable figures: one plotting function, live sliders in Jupyter, frames on the web.
+
+A chapter declares a figure once, as a function that draws on a Matplotlib figure from
+named parameters, plus the grid of values each parameter may take::
+
+    def draw(fig, kappa, batch):
+        ax = fig.add_subplot()
+        ...
+
+    Explorable(draw, [Slider("kappa", [1, 10, 100], label="κ(Σ)"),
+                      Slider("batch", [8, 64, 512])]).show()
+
+:meth:`Explorable.show` picks how the figure reaches the reader:
+
+* **live** (Jupyter, Colab): ipywidgets sliders; moving one redraws the figure at once.
+* **static** (the website, which has no kernel): every combination of slider values is
+  drawn at build time, and the page swaps precomputed frames as the reader moves the
+  sliders (``book/_static/explorable.js``). The book build sets
+  ``ISOLAB_EXPLORABLE=static``.
+* **none**: build the object without displaying it (benchmarks and tests).
+
+The mode comes from the ``ISOLAB_EXPLORABLE`` environment variable (``live`` when unset,
+falling back to ``static`` if ipywidgets is missing).
+
+Extreme slider values must never show a traceback or a blank figure. A drawing function
+signals a combination it cannot show by raising :class:`FigureMessage`; the figure then
+shows that message instead. In live mode any other exception is shown the same way (the
+reader cannot fix it), but when frames are precomputed for the website an unexpected
+exception fails the build, so bugs cannot hide behind a message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import itertools
+import json
+import os
+import textwrap
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from matplotlib.figure import Figure  # drawn without pyplot: no backend, no global state
+
+__all__ = ["Slider", "Explorable", "FigureMessage", "MODE_VARIABLE", "registry"]
+
+MODE_VARIABLE = "ISOLAB_EXPLORABLE"
+_MODES = ("live", "static", "none")
+
+#: Size budget of one precomputed figure on the website (all frames together).
+MAX_STATIC_BYTES = 2_000_000
+#: Upper bound on the number of frames one figure may ask for.
+MAX_FRAMES = 400
+
+_REGISTRY: "weakref.WeakSet[Explorable]" = weakref.WeakSet()
+
+
+def registry() -> list["Explorable"]:
+    """Every :class:`Explorable` alive in this process, oldest first (for benchmarks)."""
+    return sorted(_REGISTRY, key=lambda e: e._serial)
+
+
+class FigureMessage(Exception):
+    """Raised by a drawing function for a parameter combination it cannot show.
+
+    The figure shows ``str(exc)`` in place of the plot, e.g.
+    ``raise FigureMessage("b > d_in: no b orthonormal rows exist in d_in dimensions")``.
+    """
+
+
+@dataclass(frozen=True)
+class Slider:
+    """A named parameter and the grid of values its slider steps through.
+
+    ``values`` are shown in the given order; ``default`` (one of ``values``, the middle
+    one when omitted) is where the slider starts. ``fmt`` formats a value for its label.
+    """
+
+    name: str
+    values: Sequence[Any]
+    label: str | None = None
+    default: Any = None
+    fmt: str = "{:g}"
+    _index: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"slider name must be a Python identifier, got {self.name!r}")
+        values = tuple(self.values)
+        if len(values) < 2:
+            raise ValueError(f"slider {self.name!r} needs at least two values, got {values!r}")
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"slider {self.name!r} has repeated values: {values!r}")
+        object.__setattr__(self, "values", values)
+        default = values[len(values) // 2] if self.default is None else self.default
+        if default not in values:
+            raise ValueError(f"default {default!r} of slider {self.name!r} is not one of its values {values!r}")
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "_index", values.index(default))
+
+    @property
+    def default_index(self) -> int:
+        return self._index
+
+    @property
+    def text(self) -> str:
+        return self.label or self.name
+
+    def format(self, value: Any) -> str:
+        try:
+            return self.fmt.format(value)
+        except (ValueError, TypeError):
+            return str(value)
+
+
+class Explorable:
+    """A figure drawn by ``draw(fig, **params)`` over the grid spanned by ``sliders``.
+
+    Parameters
+    ----------
+    draw:
+        ``draw(fig, **params)`` adds axes to the (cleared) Matplotlib ``fig`` and plots.
+        It may raise :class:`FigureMessage` for combinations it cannot show.
+    sliders:
+        One :class:`Slider` per keyword argument of ``draw``.
+    figsize, dpi:
+        Size of the figure; frames on the website use ``static_dpi`` and a palette of
+        ``static_colors`` colours (plots need few, and a palette PNG is a fraction of the
+        size of a full-colour one).
+    caption:
+        Optional text under the sliders (alt text of the image on the website).
+    """
+
+    _counter = itertools.count()
+
+    def __init__(
+        self,
+        draw: Callable[..., None],
+        sliders: Sequence[Slider],
+        *,
+        figsize: tuple[float, float] = (9.0, 3.4),
+        dpi: int = 90,
+        static_dpi: int = 80,
+        static_colors: int = 64,
+        caption: str = "",
+        max_frames: int = MAX_FRAMES,
+        max_static_bytes: int = MAX_STATIC_BYTES,
+    ) -> None:
+        if not callable(draw):
+            raise TypeError(f"draw must be callable, got {type(draw).__name__}")
+        sliders = tuple(sliders)
+        if not sliders:
+            raise ValueError("an explorable needs at least one slider")
+        names = [s.name for s in sliders]
+        if len(set(names)) != len(names):
+            raise ValueError(f"slider names must be unique, got {names}")
+        n_frames = 1
+        for s in sliders:
+            n_frames *= len(s.values)
+        if n_frames > max_frames:
+            raise ValueError(
+                f"the slider grid has {n_frames} combinations, more than max_frames={max_frames}; "
+                "use fewer values per slider (every combination becomes a frame on the website)"
+            )
+        self.draw = draw
+        self.sliders = sliders
+        self.figsize = figsize
+        self.dpi = dpi
+        self.static_dpi = static_dpi
+        if not 2 <= static_colors <= 256:
+            raise ValueError(f"static_colors must be between 2 and 256, got {static_colors}")
+        self.static_colors = static_colors
+        self.caption = caption
+        self.max_static_bytes = max_static_bytes
+        self.n_frames = n_frames
+        self._figure = Figure(figsize=figsize, dpi=dpi)
+        self._serial = next(self._counter)
+        _REGISTRY.add(self)
+
+    # ------------------------------------------------------------------ drawing
+    def defaults(self) -> dict[str, Any]:
+        """The parameters at every slider's default."""
+        return {s.name: s.default for s in self.sliders}
+
+    def _check_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(params) - {s.name for s in self.sliders}
+        if unknown:
+            raise TypeError(f"unknown parameter(s) {sorted(unknown)}; sliders are {[s.name for s in self.sliders]}")
+        return {**self.defaults(), **params}
+
+    def render(self, *, strict: bool = False, **params: Any) -> Figure:
+        """Draw the figure at ``params`` (missing ones at their defaults) and return it.
+
+        A :class:`FigureMessage` becomes a message in the figure. Any other exception
+        does too unless ``strict`` (then it propagates).
+        """
+        params = self._check_params(params)
+        fig = self._figure
+        fig.clear()
+        try:
+            self.draw(fig, **params)
+            if not fig.axes and not fig.texts:
+                raise FigureMessage("nothing to show for these settings")
+        except FigureMessage as message:
+            self._show_message(str(message))
+        except Exception as error:  # noqa: BLE001 - a reader must never see a traceback
+            if strict:
+                raise
+            self._show_message(f"This setting cannot be drawn ({type(error).__name__}: {error}).")
+        return fig
+
+    def _show_message(self, message: str) -> None:
+        fig = self._figure
+        fig.clear()
+        wrapped = "\n".join(textwrap.wrap(message, width=int(self.figsize[0] * 9)))
+        fig.text(0.5, 0.5, wrapped, ha="center", va="center", fontsize=12, color="#7a2e00",
+                 bbox=dict(boxstyle="round,pad=0.8", facecolor="#fff4e5", edgecolor="#e0a040"))
+
+    def png(self, *, dpi: int | None = None, strict: bool = False, **params: Any) -> bytes:
+        """The figure at ``params`` as PNG bytes."""
+        fig = self.render(strict=strict, **params)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi or self.dpi)
+        return buf.getvalue()
+
+    def time_redraw(self, repeats: int = 20, seed: int = 0) -> list[float]:
+        """Seconds per redraw (draw + PNG encoding, as a slider move does) at ``repeats``
+        random grid points."""
+        import random
+
+        rng = random.Random(seed)
+        times = []
+        for _ in range(repeats):
+            params = {s.name: rng.choice(s.values) for s in self.sliders}
+            t0 = time.perf_counter()
+            self.png(**params)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    # ------------------------------------------------------------ static frames
+    def _frame_bytes(self, params: dict[str, Any]) -> bytes:
+        """One frame for the website: a palette PNG, far smaller than full colour."""
+        from PIL import Image
+
+        raw = self.png(dpi=self.static_dpi, strict=True, **params)
+        image = Image.open(io.BytesIO(raw)).convert("RGB")
+        quantized = image.quantize(colors=self.static_colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        quantized.save(out, format="PNG", optimize=True)
+        return out.getvalue()
+
+    def frames(self) -> tuple[list[bytes], dict[str, int]]:
+        """Every frame of the grid: the distinct images and, for each combination of
+        slider indices (key ``"i-j-k"``), which image it shows."""
+        images: list[bytes] = []
+        seen: dict[str, int] = {}
+        index: dict[str, int] = {}
+        for combo in itertools.product(*(range(len(s.values)) for s in self.sliders)):
+            params = {s.name: s.values[i] for s, i in zip(self.sliders, combo)}
+            data = self._frame_bytes(params)
+            digest = hashlib.sha1(data).hexdigest()
+            if digest not in seen:
+                seen[digest] = len(images)
+                images.append(data)
+            index["-".join(map(str, combo))] = seen[digest]
+        return images, index
+
+    def static_html(self) -> str:
+        """Self-describing HTML for the website: sliders, an image, and the frames as
+        JSON; ``book/_static/explorable.js`` wires them together."""
+        images, index = self.frames()
+        uris = ["data:image/png;base64," + base64.b64encode(b).decode("ascii") for b in images]
+        payload = {
+            "sliders": [
+                {"name": s.name, "label": s.text, "values": [s.format(v) for v in s.values], "default": s.default_index}
+                for s in self.sliders
+            ],
+            "frames": uris,
+            "index": index,
+        }
+        data = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
+        if len(data) > self.max_static_bytes:
+            raise ValueError(
+                f"the precomputed frames take {len(data) / 1e6:.2f} MB, over the budget of "
+                f"{self.max_static_bytes / 1e6:.2f} MB; use fewer slider values or a smaller figure"
+            )
+        key = "-".join(str(s.default_index) for s in self.sliders)
+        controls = "".join(
+            f'<label class="isolab-slider"><span class="isolab-slider-name">{html.escape(s.text)}</span>'
+            f'<input type="range" min="0" max="{len(s.values) - 1}" step="1" value="{s.default_index}" '
+            f'data-name="{s.name}" aria-label="{html.escape(s.text)}">'
+            f'<output>{html.escape(s.format(s.default))}</output></label>'
+            for s in self.sliders
+        )
+        alt = html.escape(self.caption or "Explorable figure: " + ", ".join(s.text for s in self.sliders))
+        caption = f'<p class="isolab-caption">{html.escape(self.caption)}</p>' if self.caption else ""
+        return (
+            f'<div class="isolab-explorable" id="isolab-explorable-{self._serial}">'
+            f'<div class="isolab-controls">{controls}</div>{caption}'
+            f'<img class="isolab-frame" alt="{alt}" src="{uris[index[key]]}">'
+            f'<script type="application/json" class="isolab-explorable-data">{data}</script>'
+            "</div>"
+        )
+
+    # --------------------------------------------------------------- live widget
+    def widget(self):
+        """An ipywidgets box: one selection slider per parameter above the figure."""
+        import ipywidgets as widgets
+
+        image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        controls = {
+            s.name: widgets.SelectionSlider(
+                options=[(s.format(v), v) for v in s.values],
+                value=s.default,
+                description=s.text,
+                continuous_update=True,
+                style={"description_width": "initial"},
+                layout=widgets.Layout(width="320px"),
+            )
+            for s in self.sliders
+        }
+
+        def redraw(_change=None) -> None:
+            image.value = self.png(**{name: w.value for name, w in controls.items()})
+
+        for w in controls.values():
+            w.observe(redraw, names="value")
+        redraw()
+        children = [widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))]
+        if self.caption:
+            children.append(widgets.HTML(f"<em>{html.escape(self.caption)}</em>"))
+        children.append(image)
+        return widgets.VBox(children)
+
+    # ------------------------------------------------------------------ display
+    @staticmethod
+    def mode() -> str:
+        """``live``, ``static`` or ``none``, from ``$ISOLAB_EXPLORABLE`` (default live)."""
+        mode = os.environ.get(MODE_VARIABLE, "live").strip().lower() or "live"
+        if mode not in _MODES:
+            raise ValueError(f"{MODE_VARIABLE} must be one of {_MODES}, got {mode!r}")
+        if mode == "live":
+            try:
+                import ipywidgets  # noqa: F401
+            except ImportError:
+                return "static"
+        return mode
+
+    def show(self) -> None:
+        """Display the figure the way the current mode asks for (see module docstring)."""
+        from IPython.display import HTML, display
+
+        mode = self.mode()
+        if mode == "live":
+            display(self.widget())
+        elif mode == "static":
+            display(HTML(self.static_html()))
