@@ -124,7 +124,9 @@ class Explorable:
     ----------
     draw:
         ``draw(fig, **params)`` adds axes to the (cleared) Matplotlib ``fig`` and plots.
-        It may raise :class:`FigureMessage` for combinations it cannot show.
+        It may raise :class:`FigureMessage` for combinations it cannot show. It should
+        not call ``tight_layout``: the explorable lays the figure out once and reuses
+        the margins, which keeps redraws fast.
     sliders:
         One :class:`Slider` per keyword argument of ``draw``.
     figsize, dpi:
@@ -178,6 +180,7 @@ class Explorable:
         self.max_static_bytes = max_static_bytes
         self.n_frames = n_frames
         self._figure = Figure(figsize=figsize, dpi=dpi)
+        self._laid_out = False
         self._serial = next(self._counter)
         _REGISTRY.add(self)
 
@@ -205,6 +208,7 @@ class Explorable:
             self.draw(fig, **params)
             if not fig.axes and not fig.texts:
                 raise FigureMessage("nothing to show for these settings")
+            self._layout()
         except FigureMessage as message:
             self._show_message(str(message))
         except Exception as error:  # noqa: BLE001 - a reader must never see a traceback
@@ -212,6 +216,15 @@ class Explorable:
                 raise
             self._show_message(f"This setting cannot be drawn ({type(error).__name__}: {error}).")
         return fig
+
+    def _layout(self) -> None:
+        """Fit the axes to the figure. ``tight_layout`` measures every label and costs
+        as much as drawing, so it runs on the first successful draw only; the margins it
+        finds persist (``fig.clear`` keeps ``subplotpars``) and fit the later draws, whose
+        axes and labels are the same up to their numbers."""
+        if not self._laid_out:
+            self._figure.tight_layout()
+            self._laid_out = True
 
     def _show_message(self, message: str) -> None:
         fig = self._figure
@@ -224,7 +237,8 @@ class Explorable:
         """The figure at ``params`` as PNG bytes."""
         fig = self.render(strict=strict, **params)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=dpi or self.dpi)
+        # light compression: a slider move should not wait for zlib's best effort
+        fig.savefig(buf, format="png", dpi=dpi or self.dpi, pil_kwargs={"compress_level": 1})
         return buf.getvalue()
 
     def time_redraw(self, repeats: int = 20, seed: int = 0) -> list[float]:

@@ -1,0 +1,80 @@
+"""Median redraw time of every live explorable in the book (target: under 150 ms).
+
+Runs each chapter's code in-process with ``ISOLAB_EXPLORABLE=none`` (figures are built,
+nothing is displayed), then times what a slider move costs in Jupyter: the drawing
+function plus PNG encoding, at random points of the slider grid. With ``--static`` it
+also renders every frame of the website version and prints its size (budget 2 MB).
+
+Usage: python benchmarks/bench_explorables.py [--repeats 30] [--static] [book/ch01_*.ipynb ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_MS = 150.0
+
+
+def run_chapter(path: Path):
+    """Execute a chapter's code cells quietly; return the explorables it created."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from isolab.explorable import registry
+
+    path = path.resolve()
+    before = set(map(id, registry()))
+    shell = InteractiveShell.instance()
+    cwd = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                with contextlib.redirect_stdout(io.StringIO()):
+                    result = shell.run_cell(cell.source, silent=True)
+                if not result.success:
+                    raise RuntimeError(f"{path.name}: a cell failed: {result.error_in_exec or result.error_before_exec}")
+    finally:
+        os.chdir(cwd)
+    return [e for e in registry() if id(e) not in before]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", type=Path)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--static", action="store_true", help="also render the website frames and report their size")
+    args = parser.parse_args()
+    os.environ["ISOLAB_EXPLORABLE"] = "none"
+    chapters = args.chapters or sorted((ROOT / "book").glob("*.ipynb"))
+    failures = 0
+    print(f"{'chapter':32s} {'figure':28s} {'median ms':>9s} {'p90 ms':>7s}  target <{TARGET_MS:.0f} ms"
+          + ("   frames   size MB  build s" if args.static else ""))
+    for path in chapters:
+        for explorable in run_chapter(path):
+            explorable.png()  # warm-up: fonts, caches
+            times = sorted(t * 1000 for t in explorable.time_redraw(args.repeats))
+            median = statistics.median(times)
+            p90 = times[int(0.9 * (len(times) - 1))]
+            ok = median < TARGET_MS
+            failures += not ok
+            line = f"{path.stem:32s} {explorable.draw.__name__:28s} {median:9.1f} {p90:7.1f}  {'PASS' if ok else 'FAIL'}"
+            if args.static:
+                start = time.perf_counter()
+                size = len(explorable.static_html().encode())
+                line += f"   {explorable.n_frames:6d}   {size / 1e6:7.2f}  {time.perf_counter() - start:7.1f}"
+            print(line, flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

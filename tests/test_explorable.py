@@ -1,0 +1,158 @@
+"""isolab.explorable: one plotting function, live sliders and precomputed frames."""
+
+import base64
+import io
+import itertools
+import json
+import re
+
+import pytest
+from PIL import Image
+
+from isolab.explorable import MODE_VARIABLE, Explorable, FigureMessage, Slider, registry
+
+
+def draw_line(fig, slope, offset):
+    ax = fig.add_subplot()
+    if slope == 0:
+        raise FigureMessage("a flat line teaches nothing: pick a slope")
+    ax.plot([0, 1], [offset, offset + slope])
+    ax.set_ylim(-3, 3)
+
+
+def make(**kwargs):
+    return Explorable(draw_line, [Slider("slope", [0, 1, 2]), Slider("offset", [-1, 1], default=-1)],
+                      figsize=(3, 2), **kwargs)
+
+
+def payload(html):
+    match = re.search(r'<script type="application/json" class="isolab-explorable-data">(.*?)</script>', html, re.S)
+    assert match, "no frame payload in the static HTML"
+    return json.loads(match.group(1))
+
+
+def decode(uri):
+    return Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
+
+
+# ---------------------------------------------------------------- sliders
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="not valid", values=[1, 2]), "identifier"),
+    (dict(name="x", values=[1]), "at least two"),
+    (dict(name="x", values=[1, 1]), "repeated"),
+    (dict(name="x", values=[1, 2], default=3), "not one of its values"),
+])
+def test_slider_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Slider(**kwargs)
+
+
+def test_slider_default_is_middle_value_and_format_falls_back():
+    s = Slider("n", [1, 2, 3, 4, 5])
+    assert s.default == 3 and s.default_index == 2
+    assert Slider("k", ["a", "b"], fmt="{:.2f}").format("a") == "a"
+
+
+# ------------------------------------------------------------ explorables
+def test_explorable_validation():
+    with pytest.raises(ValueError, match="max_frames"):
+        Explorable(draw_line, [Slider("slope", list(range(30))), Slider("offset", list(range(30)))])
+    with pytest.raises(ValueError, match="unique"):
+        Explorable(draw_line, [Slider("slope", [1, 2]), Slider("slope", [3, 4])])
+    with pytest.raises(TypeError, match="callable"):
+        Explorable("draw", [Slider("slope", [1, 2])])
+    with pytest.raises(TypeError, match="unknown parameter"):
+        make().render(colour=3)
+
+
+def test_figure_message_replaces_the_plot():
+    fig = make().render(slope=0)
+    assert not fig.axes
+    assert "flat line" in fig.texts[0].get_text()
+
+
+def test_unexpected_error_becomes_a_message_live_but_raises_when_strict():
+    def broken(fig, x):
+        raise ZeroDivisionError("boom")
+
+    e = Explorable(broken, [Slider("x", [1, 2])])
+    fig = e.render(x=1)
+    assert "ZeroDivisionError: boom" in fig.texts[0].get_text()
+    with pytest.raises(ZeroDivisionError):
+        e.render(strict=True, x=1)
+    with pytest.raises(ZeroDivisionError):
+        e.static_html()
+
+
+def test_a_blank_figure_is_reported_not_shown():
+    e = Explorable(lambda fig, x: None, [Slider("x", [1, 2])])
+    assert "nothing to show" in e.render(x=1).texts[0].get_text()
+
+
+def test_png_is_a_valid_image_and_changes_with_parameters():
+    e = make()
+    a, b = e.png(slope=1), e.png(slope=2)
+    assert Image.open(io.BytesIO(a)).format == "PNG"
+    assert a != b
+
+
+def test_static_html_covers_every_combination_with_deduplicated_frames():
+    e = make()
+    html = e.static_html()
+    data = payload(html)
+    assert [s["name"] for s in data["sliders"]] == ["slope", "offset"]
+    assert data["sliders"][1]["default"] == 0
+    assert set(data["index"]) == {f"{i}-{j}" for i, j in itertools.product(range(3), range(2))}
+    # slope 0 shows the same message whatever the offset: one shared frame
+    assert data["index"]["0-0"] == data["index"]["0-1"]
+    assert len(data["frames"]) == 5
+    for uri in data["frames"]:
+        assert decode(uri).format == "PNG"
+    default_uri = data["frames"][data["index"]["1-0"]]
+    assert f'src="{default_uri}"' in html
+    assert html.count('type="range"') == 2
+
+
+def test_static_frames_respect_the_size_budget():
+    with pytest.raises(ValueError, match="over the budget"):
+        make(max_static_bytes=1000).static_html()
+
+
+def test_widget_redraws_when_a_slider_moves():
+    pytest.importorskip("ipywidgets")
+    box = make().widget()
+    sliders = box.children[0].children
+    image = box.children[-1]
+    before = image.value
+    sliders[0].value = 2
+    assert image.value != before
+    assert image.value == make().png(slope=2, offset=-1)
+
+
+@pytest.mark.parametrize("value, mode", [("static", "static"), ("none", "none"), ("", "live"), ("LIVE", "live")])
+def test_mode_comes_from_the_environment(monkeypatch, value, mode):
+    monkeypatch.setenv(MODE_VARIABLE, value)
+    assert Explorable.mode() == mode
+
+
+def test_invalid_mode_is_rejected(monkeypatch):
+    monkeypatch.setenv(MODE_VARIABLE, "movie")
+    with pytest.raises(ValueError, match=MODE_VARIABLE):
+        Explorable.mode()
+
+
+def test_show_displays_frames_in_static_mode(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setenv(MODE_VARIABLE, "static")
+    make().show()
+    assert "isolab-explorable" in shown[0].data
+    monkeypatch.setenv(MODE_VARIABLE, "none")
+    make().show()
+    assert len(shown) == 1
+
+
+def test_registry_lists_live_explorables_in_creation_order():
+    a, b = make(), make()
+    alive = registry()
+    assert alive.index(a) < alive.index(b)
