@@ -202,13 +202,13 @@ class Explorable:
         does too unless ``strict`` (then it propagates).
         """
         params = self._check_params(params)
+        self._ensure_layout()
         fig = self._figure
         fig.clear()
         try:
             self.draw(fig, **params)
             if not fig.axes and not fig.texts:
                 raise FigureMessage("nothing to show for these settings")
-            self._layout()
         except FigureMessage as message:
             self._show_message(str(message))
         except Exception as error:  # noqa: BLE001 - a reader must never see a traceback
@@ -217,14 +217,23 @@ class Explorable:
             self._show_message(f"This setting cannot be drawn ({type(error).__name__}: {error}).")
         return fig
 
-    def _layout(self) -> None:
-        """Fit the axes to the figure. ``tight_layout`` measures every label and costs
-        as much as drawing, so it runs on the first successful draw only; the margins it
-        finds persist (``fig.clear`` keeps ``subplotpars``) and fit the later draws, whose
-        axes and labels are the same up to their numbers."""
-        if not self._laid_out:
-            self._figure.tight_layout()
-            self._laid_out = True
+    def _ensure_layout(self) -> None:
+        """Fit the axes to the figure once, at the defaults. ``tight_layout`` measures
+        every label and costs as much as drawing, so it does not run on every redraw;
+        the margins it finds persist (``fig.clear`` keeps ``subplotpars``) and fit the
+        other settings, whose axes and labels differ only in their numbers. Laying out
+        at the defaults (not at whichever setting is drawn first) gives the live figure
+        and the website's frames the same margins."""
+        if self._laid_out:
+            return
+        self._laid_out = True
+        fig = self._figure
+        try:
+            self.draw(fig, **self.defaults())
+            fig.tight_layout()
+        except Exception:  # noqa: BLE001 - the real draw reports it
+            pass
+        fig.clear()
 
     def _show_message(self, message: str) -> None:
         fig = self._figure

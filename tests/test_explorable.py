@@ -126,7 +126,13 @@ def test_widget_redraws_when_a_slider_moves():
     before = image.value
     sliders[0].value = 2
     assert image.value != before
-    assert image.value == make().png(slope=2, offset=-1)
+    assert bytes(image.value) == make().png(slope=2, offset=-1)
+
+
+def test_layout_is_fitted_at_the_defaults_whatever_is_drawn_first():
+    a, b = make(), make()
+    a.png(slope=2, offset=1)
+    assert a.png(slope=1, offset=1) == b.png(slope=1, offset=1)
 
 
 @pytest.mark.parametrize("value, mode", [("static", "static"), ("none", "none"), ("", "live"), ("LIVE", "live")])
