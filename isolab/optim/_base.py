@@ -1,0 +1,328 @@
+"""Shared machinery of isolab's optimizers: validation, routing, the Adam fallback.
+
+Every optimizer here is one :class:`torch.optim.Optimizer` whose parameter groups each
+carry an ``"algorithm"`` key: the optimizer's own matrix algorithm (``"muon"``,
+``"shampoo"``, ``"iso"``, ``"isoadam"``) or ``"adam"``, the fallback for parameters that
+are not hidden weight matrices. One object, one ``state_dict``, and learning-rate
+schedulers act on every group.
+
+A ``step`` runs in two phases: *validate* (every gradient finite, every new statistic and
+inverse root finite and computable), then *apply*. An error in the first phase leaves
+parameters and optimizer state exactly as they were.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from .routing import split_parameters
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_float(name: str, value, *, low=None, high=None, low_open=False, high_open=False) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` naming the argument and the value."""
+    if isinstance(value, bool) or not isinstance(value, Real) or isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if low is not None and (v < low or (low_open and v == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and (v > high or (high_open and v == high)):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+    return v
+
+
+def check_lr(value, name="lr") -> float:
+    return check_float(name, value, low=0.0)
+
+
+def check_beta(value, name) -> float:
+    """A decay rate in ``[0, 1)``."""
+    return check_float(name, value, low=0.0, high=1.0, high_open=True)
+
+
+def check_betas(value, name="betas") -> tuple[float, float]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{name} must be a pair (beta1, beta2), got {value!r}")
+    return (check_beta(value[0], f"{name}[0]"), check_beta(value[1], f"{name}[1]"))
+
+
+def check_eps(value, name="eps") -> float:
+    return check_float(name, value, low=0.0, low_open=True)
+
+
+def check_nonneg(value, name) -> float:
+    return check_float(name, value, low=0.0)
+
+
+def check_positive_int(value, name) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_nonneg_int(value, name) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def check_bool(value, name) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_choice(value, name, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_dtype(value, name="stats_dtype") -> torch.dtype:
+    if value not in (torch.float32, torch.float64):
+        raise ValueError(f"{name} must be torch.float32 or torch.float64, got {value!r}")
+    return value
+
+
+#: Hyperparameters of the Adam fallback, validated for every group with algorithm="adam".
+ADAM_KEYS = ("lr", "betas", "eps", "weight_decay")
+
+
+def validate_adam_group(group: dict) -> None:
+    check_lr(group["lr"])
+    group["betas"] = check_betas(group["betas"])
+    check_eps(group["eps"])
+    check_nonneg(group["weight_decay"], "weight_decay")
+
+
+# --------------------------------------------------------------------------- Adam step
+
+
+def adam_step(param: torch.Tensor, grad: torch.Tensor, state: dict, lr, betas, eps, weight_decay, count_key="step") -> None:
+    """One AdamW step, operation for operation as ``torch.optim.Adam``'s single-tensor path.
+
+    ``state`` holds the step count under ``count_key`` (int), ``exp_avg`` and
+    ``exp_avg_sq`` (param's dtype, like torch). Weight decay is decoupled:
+    ``p ← p·(1 − lr·wd)`` (AdamW).
+    """
+    beta1, beta2 = betas
+    if "exp_avg" not in state:
+        state[count_key] = 0
+        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    state[count_key] += 1
+    step = state[count_key]
+    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+    if weight_decay != 0:
+        param.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2 = 1 - beta2**step
+    step_size = lr / bias_correction1
+    bias_correction2_sqrt = bias_correction2**0.5
+    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class RoutedOptimizer(Optimizer):
+    """Base: a matrix algorithm plus an Adam fallback, with validation before mutation.
+
+    Subclasses set ``algorithm`` (the group tag of their matrix groups), implement
+    ``_validate_matrix_group(group)`` and ``_step_matrix_groups(groups)``, and list in
+    ``stat_keys`` the state entries that must keep their own dtype (float32 statistics of
+    bfloat16 parameters) through ``load_state_dict``.
+    """
+
+    algorithm: str = ""
+    stat_keys: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        params,
+        defaults: dict,
+        adam_defaults: dict,
+        *,
+        embeddings=None,
+        head=None,
+        others="raise",
+        matrix_params=None,
+    ):
+        self._adam_defaults = dict(adam_defaults)
+        if not hasattr(self, "_names"):
+            self._names: dict[int, str] = {}
+        self.model: nn.Module | None = None
+        if isinstance(params, nn.Module):
+            model = params
+            self.model = model
+            split = split_parameters(model, embeddings=embeddings, head=head, others=others)
+            for group in split.values():
+                for name, p in group.items():
+                    self._names[id(p)] = name
+            groups = []
+            if split["matrix"]:
+                groups.append({"params": list(split["matrix"].values()), "algorithm": self.algorithm})
+            rest = [p for g in ("embedding", "head", "vector") for p in split[g].values()]
+            if rest:
+                groups.append({"params": rest, "algorithm": "adam"})
+            if not split["matrix"]:
+                raise ValueError(
+                    f"{type(self).__name__}: the model has no nn.Linear weight to optimize "
+                    f"(parameters found: {sum(len(g) for g in split.values())}); "
+                    "a matrix optimizer needs at least one nn.Linear layer"
+                )
+            params = groups
+        elif embeddings is not None or head is not None:
+            raise ValueError("embeddings= and head= are only meaningful when a model (nn.Module) is passed")
+        super().__init__(params, defaults)
+
+    # -- groups -------------------------------------------------------------------
+    def add_param_group(self, param_group: dict) -> None:
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        param_group = dict(param_group)
+        algo = param_group.setdefault("algorithm", self.algorithm)
+        if algo not in (self.algorithm, "adam"):
+            raise ValueError(
+                f"{type(self).__name__}: a parameter group's algorithm must be "
+                f"{self.algorithm!r} or 'adam', got {algo!r}"
+            )
+        if algo == "adam":
+            for k, v in self._adam_defaults.items():
+                param_group.setdefault(k, v)
+        gi = len(self.param_groups)
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        try:
+            for p in group["params"]:
+                if p.is_sparse:
+                    raise ValueError(f"{self._name(p, gi)}: sparse parameters are not supported")
+            if algo == "adam":
+                validate_adam_group(group)
+            else:
+                for p in group["params"]:
+                    if p.ndim < 2:
+                        raise ValueError(
+                            f"{type(self).__name__}: {self._name(p, gi)} has ndim={p.ndim} and was "
+                            f"routed to the matrix algorithm {algo!r}, which needs a 2-D weight; "
+                            "put 1-D parameters (biases, gains) in a group with algorithm='adam' "
+                            "or pass the model to route them automatically"
+                        )
+                self._validate_matrix_group(group, gi)
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+    def _validate_matrix_group(self, group: dict, gi: int) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _name(self, p: torch.Tensor, gi: int | None = None) -> str:
+        name = self._names.get(id(p))
+        shape = tuple(p.shape)
+        if name is not None:
+            return f"parameter {name!r} {shape}"
+        if gi is None:
+            for i, g in enumerate(self.param_groups):
+                if any(q is p for q in g["params"]):
+                    gi = i
+                    break
+        where = f" in group {gi}" if gi is not None else ""
+        idx = ""
+        if gi is not None and gi < len(self.param_groups):
+            for j, q in enumerate(self.param_groups[gi]["params"]):
+                if q is p:
+                    idx = f" #{j}"
+        return f"parameter{idx}{where} of shape {shape}"
+
+    # -- step ---------------------------------------------------------------------
+    def _check_grads(self) -> None:
+        """Raise ``FloatingPointError`` naming the first parameter with a non-finite grad."""
+        grads, owners = [], []
+        for gi, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                if p.grad is not None:
+                    if p.grad.is_sparse:
+                        raise ValueError(f"{self._name(p, gi)}: sparse gradients are not supported")
+                    grads.append(p.grad)
+                    owners.append((p, gi))
+        if not grads:
+            return
+        flags = torch.stack([torch.isfinite(g).all().to(grads[0].device) for g in grads])
+        if bool(flags.all()):
+            return
+        bad = int((~flags).nonzero()[0, 0])
+        p, gi = owners[bad]
+        raise FloatingPointError(
+            f"{type(self).__name__}: non-finite (NaN or Inf) gradient in {self._name(p, gi)}; "
+            "no parameter or optimizer state was changed"
+        )
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Perform one optimization step.
+
+        Args:
+            closure: optional callable that re-evaluates the model (forward and
+                backward) and returns the loss; it runs with gradients enabled.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_grads()
+        matrix_groups = [(gi, g) for gi, g in enumerate(self.param_groups) if g["algorithm"] != "adam"]
+        apply_matrix = self._prepare_matrix_groups(matrix_groups)  # validates, mutates nothing
+        apply_matrix()
+        for group in self.param_groups:
+            if group["algorithm"] == "adam":
+                for p in group["params"]:
+                    if p.grad is not None:
+                        adam_step(p, p.grad, self.state[p], group["lr"], group["betas"], group["eps"], group["weight_decay"])
+        self._after_step()
+        return loss
+
+    def _prepare_matrix_groups(self, groups):  # pragma: no cover
+        raise NotImplementedError
+
+    def _after_step(self) -> None:
+        pass
+
+    # -- state_dict -----------------------------------------------------------------
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state dict, keeping statistics in their saved dtype (float32/float64).
+
+        ``torch.optim.Optimizer.load_state_dict`` casts every floating state tensor to
+        its parameter's dtype, which would round float32 statistics of a bfloat16
+        parameter to bfloat16. The entries listed in ``stat_keys`` are restored in their
+        saved dtype, on the parameter's device.
+        """
+        saved = state_dict.get("state", {})
+        kept = {}
+        for idx, st in saved.items():
+            for k in self.stat_keys:
+                v = st.get(k) if isinstance(st, dict) else None
+                if isinstance(v, torch.Tensor):
+                    kept[(idx, k)] = v
+        super().load_state_dict(state_dict)
+        if kept:
+            params = [p for g in self.param_groups for p in g["params"]]
+            saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+            id_map = dict(zip(saved_ids, params))
+            for (idx, k), v in kept.items():
+                p = id_map[idx]
+                self.state[p][k] = v.to(device=p.device, copy=True)
+        self._after_load()
+
+    def _after_load(self) -> None:
+        pass

@@ -1,0 +1,80 @@
+"""SignSGD (signum): the elementwise sign of the (momentum-averaged) gradient."""
+
+from __future__ import annotations
+
+import torch
+from torch.optim import Optimizer
+
+from ._base import RoutedOptimizer, check_beta, check_lr, check_nonneg
+
+__all__ = ["SignSGD"]
+
+
+class SignSGD(Optimizer):
+    r"""Sign descent with optional momentum (signum, Bernstein et al. 2018).
+
+    .. math::
+        m_t = \mu\, m_{t-1} + (1-\mu)\, g_t, \qquad
+        p_t = p_{t-1}(1 - \eta\lambda) - \eta\, \operatorname{sign}(m_t)
+
+    With ``momentum=0`` this is ``p ← p − lr·sign(g)``: Adam's first step without
+    ``ε`` (``g/|g|``), the elementwise analogue of Muon's ``msign``. ``sign(0) = 0``, so a
+    zero gradient gives a zero update. Works on parameters of any shape (it is
+    elementwise, so there is no routing).
+
+    Args:
+        params: iterable of parameters or of parameter-group dicts (or an ``nn.Module``,
+            whose trainable parameters are all used).
+        lr: step size, ``>= 0``.
+        momentum: ``μ ∈ [0, 1)``; the buffer is an exponential average of gradients.
+        weight_decay: decoupled weight decay ``λ >= 0``.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0):
+        self._names = {}
+        if isinstance(params, torch.nn.Module):
+            named = [(n, p) for n, p in params.named_parameters() if p.requires_grad]
+            self._names = {id(p): n for n, p in named}
+            params = [p for _, p in named]
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        g = self.param_groups[-1]
+        try:
+            check_lr(g["lr"])
+            check_beta(g["momentum"], "momentum")
+            check_nonneg(g["weight_decay"], "weight_decay")
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+    _name = RoutedOptimizer._name
+    _check_grads = RoutedOptimizer._check_grads
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._check_grads()
+        for group in self.param_groups:
+            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                state = self.state[p]
+                state["step"] = state.get("step", 0) + 1
+                if mu > 0:
+                    buf = state.get("momentum_buffer")
+                    if buf is None:
+                        buf = state["momentum_buffer"] = torch.zeros_like(p)
+                    buf.lerp_(g, 1 - mu)
+                    g = buf
+                if wd:
+                    p.mul_(1 - lr * wd)
+                p.add_(torch.sign(g), alpha=-lr)
+        return loss

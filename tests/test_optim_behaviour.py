@@ -1,0 +1,151 @@
+"""Every optimizer trains a small MLP (float32, bfloat16; CPU and, where present, GPU)."""
+
+import pytest
+import torch
+from torch import nn
+
+from isolab.optim import Iso, IsoAdam, Muon, Shampoo, SignSGD
+
+OPTIMIZERS = {
+    "adam": lambda m: torch.optim.Adam(m.parameters(), lr=1e-2),
+    "signsgd": lambda m: SignSGD(m, lr=3e-3, momentum=0.9),
+    "muon": lambda m: Muon(m, lr=0.02, adam_lr=1e-2),
+    "shampoo": lambda m: Shampoo(m, lr=0.02, adam_lr=1e-2),
+    "iso": lambda m: Iso(m, lr=0.02, adam_lr=1e-2),
+    "iso-newton": lambda m: Iso(m, lr=0.02, root_method="newton", root_interval=1, adam_lr=1e-2),
+    "isoadam": lambda m: IsoAdam(m, lr=1e-2),
+}
+
+
+def _problem(device, dtype, seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Linear(8, 32), nn.ReLU(inplace=True), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1)
+    ).to(device=device, dtype=dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(256, 8, generator=g)
+    y = torch.sin(x[:, :1] * x[:, 1:2]) + x[:, 2:3]
+    return model, x.to(device, dtype), y.to(device)
+
+
+def _run(name, device, dtype, steps=60):
+    model, x, y = _problem(device, dtype)
+    opt = OPTIMIZERS[name](model)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = (model(x).float() - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    for p in model.parameters():
+        assert torch.isfinite(p).all()
+        assert p.dtype == dtype
+    return losses
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_reduces_mlp_loss(name, dtype):
+    losses = _run(name, "cpu", dtype)
+    # the initial loss is about 2; every optimizer should at least halve it in 60 steps
+    assert losses[-1] < 0.5 * losses[0], (name, losses[0], losses[-1])
+
+
+def _gpu_device():
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_device() is None, reason="no CUDA or MPS device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_reduces_mlp_loss_on_gpu(name, dtype):
+    device = _gpu_device()
+    losses = _run(name, device, dtype)
+    assert losses[-1] < 0.5 * losses[0], (name, losses[0], losses[-1])
+    model, x, y = _problem(device, dtype)
+    opt = OPTIMIZERS[name](model)
+    (model(x).float() - y).pow(2).mean().backward()
+    opt.step()
+    for st in opt.state.values():  # statistics stay float32 and on the device
+        for k in ("cov_x", "cov_g", "root_x", "root_g", "L", "R"):
+            if k in st:
+                assert st[k].dtype == torch.float32 and st[k].device.type == device
+
+
+def test_warmup_collects_statistics_without_moving_whitened_weights():
+    model, x, y = _problem("cpu", torch.float32)
+    opt = Iso(model, warmup_steps=2, root_interval=5)
+    w = model[2].weight.detach().clone()
+    for step in range(3):
+        opt.zero_grad()
+        (model(x) - y).pow(2).mean().backward()
+        opt.step()
+        st = opt.state[model[2].weight]
+        assert st["stat_step"] == step + 1
+        if step < 2:
+            assert torch.equal(model[2].weight, w) and "root_x" not in st
+    assert not torch.equal(model[2].weight, w) and "root_x" in st
+
+
+def test_statistics_only_computed_on_refresh_steps():
+    model, x, y = _problem("cpu", torch.float32)
+    opt = IsoAdam(model, stat_interval=3, root_interval=3)
+    enabled = []
+    for _ in range(7):
+        enabled.append(opt.statistics.enabled)
+        opt.zero_grad()
+        (model(x) - y).pow(2).mean().backward()
+        opt.step()
+    assert enabled == [True, False, False, True, False, False, True]
+    assert opt.state[model[0].weight]["stat_step"] == 3
+
+
+def test_newton_roots_match_eigh_roots():
+    models, opts = [], []
+    for method in ("eigh", "newton"):
+        model, x, y = _problem("cpu", torch.float64)
+        opt = Iso(model, root_method=method, root_interval=1, damping=1e-3, stats_dtype=torch.float64)
+        for step in range(6):
+            opt.zero_grad()
+            (model(x) - y).pow(2).mean().backward()
+            opt.step()
+            if step == 0:
+                first = [p.detach().clone() for p in model.parameters()]
+        models.append(first), opts.append((model, opt))
+    for p, q in zip(*models):  # first step: a full Newton solve, equal to eigh's root
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-8)
+    # later steps track the root: its whitening residual stays within the documented bound
+    model, opt = opts[1]
+    for layer in (model[0], model[2], model[4]):
+        st = opt.state[layer.weight]
+        for cov, root in (("cov_x", "root_x"), ("cov_g", "root_g")):
+            C = st[cov] / (1 - 0.95 ** st["stat_step"])
+            n = C.shape[0]
+            A = C + 1e-3 * torch.trace(C) / n * torch.eye(n, dtype=C.dtype)
+            P = st[root]
+            res = torch.linalg.matrix_norm(torch.eye(n, dtype=C.dtype) - P @ A @ P) / n**0.5
+            assert res <= 0.1
+
+
+def test_memory_of_state():
+    # IsoAdam keeps Adam's two moments plus, per whitened matrix, at most
+    # Cov(X), Cov(G) (EMA) and their roots (reused across steps)
+    model, x, y = _problem("cpu", torch.float32)
+    for root_interval, extra in ((1, 1), (10, 2)):
+        opt = IsoAdam(model, root_interval=root_interval)
+        opt.zero_grad()
+        (model(x) - y).pow(2).mean().backward()
+        opt.step()
+        w = model[2].weight
+        st = opt.state[w]
+        n, m = w.shape[1], w.shape[0]
+        numel = sum(v.numel() for v in st.values() if isinstance(v, torch.Tensor))
+        assert numel == 2 * w.numel() + extra * (n * n + m * m)
+        opt.remove_hooks()
