@@ -39,7 +39,6 @@ import itertools
 import json
 import os
 import textwrap
-import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -249,20 +248,6 @@ class Explorable:
         # light compression: a slider move should not wait for zlib's best effort
         fig.savefig(buf, format="png", dpi=dpi or self.dpi, pil_kwargs={"compress_level": 1})
         return buf.getvalue()
-
-    def time_redraw(self, repeats: int = 20, seed: int = 0) -> list[float]:
-        """Seconds per redraw (draw + PNG encoding, as a slider move does) at ``repeats``
-        random grid points."""
-        import random
-
-        rng = random.Random(seed)
-        times = []
-        for _ in range(repeats):
-            params = {s.name: rng.choice(s.values) for s in self.sliders}
-            t0 = time.perf_counter()
-            self.png(**params)
-            times.append(time.perf_counter() - t0)
-        return times
 
     # ------------------------------------------------------------ static frames
     def _frame_bytes(self, params: dict[str, Any]) -> bytes:
