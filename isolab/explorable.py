@@ -179,7 +179,7 @@ class Explorable:
         self.max_static_bytes = max_static_bytes
         self.n_frames = n_frames
         self._figure = Figure(figsize=figsize, dpi=dpi)
-        self._laid_out = False
+        self._margins: dict[str, float] | None = None
         self._serial = next(self._counter)
         _REGISTRY.add(self)
 
@@ -204,6 +204,7 @@ class Explorable:
         self._ensure_layout()
         fig = self._figure
         fig.clear()
+        fig.subplots_adjust(**self._margins)
         try:
             self.draw(fig, **params)
             if not fig.axes and not fig.texts:
@@ -217,22 +218,29 @@ class Explorable:
         return fig
 
     def _ensure_layout(self) -> None:
-        """Fit the axes to the figure once, at the defaults. ``tight_layout`` measures
-        every label and costs as much as drawing, so it does not run on every redraw;
-        the margins it finds persist (``fig.clear`` keeps ``subplotpars``) and fit the
-        other settings, whose axes and labels differ only in their numbers. Laying out
-        at the defaults (not at whichever setting is drawn first) gives the live figure
-        and the website's frames the same margins."""
-        if self._laid_out:
+        """Fit the axes to the figure once, at the defaults, and reuse the margins.
+
+        ``tight_layout`` measures every label and costs as much as drawing, so it does
+        not run on every redraw: the margins it finds at the defaults are stored and
+        re-applied after each ``fig.clear()`` (which resets them), and fit the other
+        settings, whose axes and labels differ only in their numbers. Laying out at the
+        defaults (not at whichever setting is drawn first) gives the live figure and the
+        website's frames the same margins. The layout engine is then removed, or every
+        ``savefig`` would draw the figure twice.
+        """
+        if self._margins is not None:
             return
-        self._laid_out = True
         fig = self._figure
+        fig.clear()
         try:
             self.draw(fig, **self.defaults())
             fig.tight_layout()
         except Exception:  # noqa: BLE001 - the real draw reports it
             pass
-        fig.clear()
+        fig.set_layout_engine(None)
+        pars = fig.subplotpars
+        self._margins = dict(left=pars.left, right=pars.right, bottom=pars.bottom, top=pars.top,
+                             wspace=pars.wspace, hspace=pars.hspace)
 
     def _show_message(self, message: str) -> None:
         fig = self._figure

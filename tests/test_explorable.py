@@ -162,3 +162,11 @@ def test_registry_lists_live_explorables_in_creation_order():
     a, b = make(), make()
     alive = registry()
     assert alive.index(a) < alive.index(b)
+
+
+def test_margins_found_at_the_defaults_survive_clearing_and_no_layout_engine_remains():
+    e = make()
+    fig = e.render(slope=2, offset=1)
+    assert fig.get_layout_engine() is None, "a layout engine makes every savefig draw twice"
+    assert e._margins["left"] != 0.125 or e._margins["bottom"] != 0.11, "tight_layout margins were not kept"
+    assert fig.subplotpars.left == pytest.approx(e._margins["left"])
