@@ -135,17 +135,20 @@ def test_newton_roots_match_eigh_roots():
 
 
 def test_memory_of_state():
-    # IsoAdam keeps Adam's two moments plus, per whitened matrix, at most
-    # Cov(X), Cov(G) (EMA) and their roots (reused across steps)
+    # IsoAdam keeps Adam's two moments plus, per whitened matrix: the covariances (EMA)
+    # when roots are recomputed every step; covariances and roots when statistics are
+    # refreshed more often than roots; only the roots (n² + m², the budget) when
+    # both are refreshed together every k > 1 steps (the covariances are rebuilt from them)
     model, x, y = _problem("cpu", torch.float32)
-    for root_interval, extra in ((1, 1), (10, 2)):
-        opt = IsoAdam(model, root_interval=root_interval)
-        opt.zero_grad()
-        (model(x) - y).pow(2).mean().backward()
-        opt.step()
+    for stat_interval, root_interval, extra in ((1, 1, 1), (1, 10, 2), (10, 10, 1), (3, 3, 1)):
+        opt = IsoAdam(model, stat_interval=stat_interval, root_interval=root_interval)
+        for _ in range(4):
+            opt.zero_grad()
+            (model(x) - y).pow(2).mean().backward()
+            opt.step()
         w = model[2].weight
         st = opt.state[w]
         n, m = w.shape[1], w.shape[0]
         numel = sum(v.numel() for v in st.values() if isinstance(v, torch.Tensor))
-        assert numel == 2 * w.numel() + extra * (n * n + m * m)
+        assert numel == 2 * w.numel() + extra * (n * n + m * m), (stat_interval, root_interval)
         opt.remove_hooks()
