@@ -7,6 +7,17 @@ The library behind the isolab book. Modules, each with one purpose:
 - :mod:`isolab.explorable` one figure, two lives: live sliders in Jupyter, precomputed
   frames on the static website.
 - :mod:`isolab.seeding`    seed every random number generator a chapter touches.
+- :mod:`isolab.isotropy`   the book's isotropy measure (effective rank over dimension).
+- :mod:`isolab.normalization` BatchNorm, InstanceNorm, LayerNorm, RMSNorm as functions.
+- :mod:`isolab.linalg`     matrix functions: msign, inverse roots, whitening, CCA.
+- :mod:`isolab.updates`    update rules as pure functions of a layer's ``X`` and ``G``.
+- :mod:`isolab.optim`      the ``torch.optim`` optimizers: SignSGD, Muon, Shampoo, Iso, IsoAdam.
+- :mod:`isolab.rules`      the optimizers' stateful rules (moments, momentum, averages),
+  shared by :mod:`isolab.optim` and the engine.
+- :mod:`isolab.problems`   seeded training problems of the paper (deep linear regression,
+  pure noise, first step of linear regression).
+- :mod:`isolab.engine`     whole learning-rate sweeps as one batched computation.
+- :mod:`isolab.results`    sweep results: labelled arrays, save/load, standard plots.
 """
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from .. import rules
 from .routing import split_parameters
 
 # --------------------------------------------------------------------------- validation
@@ -111,26 +112,17 @@ def adam_step(param: torch.Tensor, grad: torch.Tensor, state: dict, lr, betas, e
 
     ``state`` holds the step count under ``count_key`` (int), ``exp_avg`` and
     ``exp_avg_sq`` (param's dtype, like torch). Weight decay is decoupled:
-    ``p ← p·(1 − lr·wd)`` (AdamW).
+    ``p ← p·(1 − lr·wd)`` (AdamW). The arithmetic is :func:`isolab.rules.adam_update_`,
+    shared with the vectorized engine (where ``lr`` may be a per-lane tensor).
     """
-    beta1, beta2 = betas
     if "exp_avg" not in state:
         state[count_key] = 0
         state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
         state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
     state[count_key] += 1
-    step = state[count_key]
-    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-    if weight_decay != 0:
-        param.mul_(1 - lr * weight_decay)
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    bias_correction1 = 1 - beta1**step
-    bias_correction2 = 1 - beta2**step
-    step_size = lr / bias_correction1
-    bias_correction2_sqrt = bias_correction2**0.5
-    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-    param.addcdiv_(exp_avg, denom, value=-step_size)
+    rules.adam_update_(
+        param, grad, state["exp_avg"], state["exp_avg_sq"], state[count_key], lr, betas, eps, weight_decay
+    )
 
 
 # --------------------------------------------------------------------------- base class

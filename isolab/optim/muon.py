@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import linalg
+from .. import rules
 from ._base import (
     RoutedOptimizer,
     check_beta,
@@ -23,12 +23,7 @@ def muon_direction(update: torch.Tensor, *, steps: int = 5, exact: bool = False,
     """``msign`` of a (possibly >2-D, flattened to ``(shape[0], -1)``) update, scaled by
     ``√max(1, rows/cols)`` so that tall and wide matrices get comparable RMS updates."""
     m = update.reshape(update.shape[0], -1)
-    if exact:
-        o = linalg.msign(m)
-    else:
-        o = linalg.msign_newton_schulz(m, steps=steps, compute_dtype=compute_dtype)
-    scale = max(1.0, m.shape[0] / m.shape[1]) ** 0.5
-    return (o * scale).reshape(update.shape)
+    return rules.muon_msign(m, steps=steps, exact=exact, compute_dtype=compute_dtype).reshape(update.shape)
 
 
 class Muon(RoutedOptimizer):
@@ -128,12 +123,9 @@ class Muon(RoutedOptimizer):
                         state["step"] = 0
                         state["momentum_buffer"] = torch.zeros_like(p)
                     state["step"] += 1
-                    buf = state["momentum_buffer"]
-                    buf.lerp_(g, 1 - mu)
-                    u = g.lerp(buf, mu) if group["nesterov"] else buf
+                    u = rules.momentum_(state["momentum_buffer"], g, mu, group["nesterov"])
                     d = muon_direction(u, steps=group["ns_steps"], exact=group["exact"], compute_dtype=group["compute_dtype"])
-                    if wd:
-                        p.mul_(1 - lr * wd)
-                    p.add_(d.to(p.dtype), alpha=-lr)
+                    rules.decoupled_weight_decay_(p, lr, wd)
+                    rules.descend_(p, d, lr)
 
         return apply

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import linalg
+from .. import linalg, rules, updates
 from ._base import (
     RoutedOptimizer,
     check_betas,
@@ -98,13 +98,10 @@ class Shampoo(RoutedOptimizer):
                 st = self.state[p]
                 t = st.get("step", 0) + 1
                 g = p.grad.reshape(p.shape[0], -1).to(dtype)
-                L = g @ g.T
-                R = g.T @ g
-                if "L" in st:
-                    L = L.add(st["L"], alpha=beta)
-                    R = R.add(st["R"], alpha=beta)
+                L = rules.accumulate(g @ g.T, st.get("L"), beta)
+                R = rules.accumulate(g.T @ g, st.get("R"), beta)
                 new = {"step": t, "L": L, "R": R}
-                if "L_root" not in st or (t - 1) % group["root_interval"] == 0:
+                if "L_root" not in st or rules.refresh_due(t, group["root_interval"]):
                     name = self._name(p, gi)
                     try:
                         new["L_root"] = linalg.symmetric_inverse_root(L, p=4, damping=group["damping"])
@@ -125,9 +122,8 @@ class Shampoo(RoutedOptimizer):
             for group, p, g, new in plans:
                 st = self.state[p]
                 st.update(new)
-                d = st["L_root"] @ g @ st["R_root"]
-                if group["weight_decay"]:
-                    p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(d.reshape(p.shape).to(p.dtype), alpha=-group["lr"])
+                d = updates.two_sided(g, st["L_root"], st["R_root"])
+                rules.decoupled_weight_decay_(p, group["lr"], group["weight_decay"])
+                rules.descend_(p, d.reshape(p.shape), group["lr"])
 
         return apply

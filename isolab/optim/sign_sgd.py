@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
+from .. import rules
 from ._base import RoutedOptimizer, check_beta, check_lr, check_nonneg
 
 __all__ = ["SignSGD"]
@@ -72,9 +73,7 @@ class SignSGD(Optimizer):
                     buf = state.get("momentum_buffer")
                     if buf is None:
                         buf = state["momentum_buffer"] = torch.zeros_like(p)
-                    buf.lerp_(g, 1 - mu)
-                    g = buf
-                if wd:
-                    p.mul_(1 - lr * wd)
-                p.add_(torch.sign(g), alpha=-lr)
+                    g = rules.momentum_(buf, g, mu, nesterov=False)
+                rules.decoupled_weight_decay_(p, lr, wd)
+                rules.descend_(p, torch.sign(g), lr)
         return loss

@@ -1,0 +1,270 @@
+r"""The vectorized training loop: a whole learning-rate (and seed) sweep as one computation."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..problems import LinearProblem
+from ..results import Sweep
+from .progress import Progress
+from .rules_lanes import make_rule
+
+__all__ = ["sweep"]
+
+_CHUNK = 256  # steps of data generated and compressed at once
+
+
+@contextlib.contextmanager
+def _threads(n: Optional[int]):
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _lane_ok(x: Tensor) -> Tensor:
+    """``(lanes,)`` bool: lane ``j`` (dim 1 of ``x``) has no NaN/Inf entry.
+
+    Tested on the per-lane sum (one fast pass): any NaN or Inf makes the sum non-finite.
+    A lane whose finite entries are so large that their sum overflows (``~1e38`` in
+    float32) is also reported, which is the right call for a divergence test.
+    """
+    dims = tuple(d for d in range(x.ndim) if d != 1)
+    return torch.isfinite(x.sum(dim=dims))
+
+
+class _Data:
+    """Per-seed compressed batches, generated in chunks of steps."""
+
+    def __init__(self, problem: LinearProblem, seeds, dtype):
+        self.problem, self.seeds, self.dtype = problem, list(seeds), dtype
+        self.start = self.stop = 0
+        self.X = self.T = None
+
+    def get(self, t: int, steps: int):
+        if not (self.start <= t < self.stop):
+            stop = min(t + _CHUNK, steps + 1)
+            Xs, Ts = zip(*(self.problem.compressed(t, stop, s) for s in self.seeds))
+            self.X = torch.stack(Xs, 1).to(self.dtype)  # (chunk, S, r, n)
+            self.T = torch.stack(Ts, 1).to(self.dtype)
+            self.start, self.stop = t, stop
+        return self.X[t - self.start], self.T[t - self.start]
+
+
+def sweep(
+    problem: LinearProblem,
+    optimizer: str,
+    lrs: Union[Sequence[float], np.ndarray],
+    steps: int,
+    *,
+    seeds: Sequence[int] = (0,),
+    hyper: Optional[dict] = None,
+    threshold: Optional[float] = None,
+    relative_threshold: bool = False,
+    retire_at_threshold: bool = False,
+    max_loss: Union[str, float, None] = "auto",
+    record_norms: bool = True,
+    keep_weights: bool = False,
+    dtype: torch.dtype = torch.float32,
+    num_threads: Optional[int] = None,
+    progress="auto",
+    label: Optional[str] = None,
+) -> Sweep:
+    r"""Train ``problem`` with ``optimizer`` at every learning rate in ``lrs`` (and seed in
+    ``seeds``) for ``steps`` iterations, as one batched computation.
+
+    Lanes: ``len(seeds) x len(lrs)``; lanes of one seed share the initial weights and every
+    batch, so they differ only by the learning rate.  Weights are ``(layers, lanes, n, n)``
+    (stored in torch's ``(out, in)`` layout, as ``nn.Linear`` and the optimizers see them);
+    each step runs the forward and backward pass of the deep linear network explicitly with
+    batched matmuls on the problem's exactly compressed batch
+    (:meth:`isolab.problems.LinearProblem.compressed`), which yields every layer's input
+    ``X_i`` and output gradient ``G_i``, hence ``W_i.grad = X_i^T G_i`` and Iso's
+    covariances; the update is the optimizer's lane rule
+    (:mod:`isolab.engine.rules_lanes`), the same functions as :mod:`isolab.optim`.
+
+    Args:
+        optimizer: ``"sgd"``, ``"signsgd"``, ``"adam"``, ``"muon"``, ``"shampoo"``,
+            ``"iso"`` or ``"isoadam"``.
+        lrs: learning rates (``>= 0``).
+        steps: iterations; the loss is recorded before each and after the last
+            (``steps + 1`` values, index = number of updates done).
+        hyper: hyperparameters other than ``lr`` (defaults: the optimizers',
+            :data:`isolab.engine.DEFAULTS`).
+        threshold: loss level for "iterations to threshold" (``hit_at``: the first step
+            index with ``loss <= threshold``); ``relative_threshold=True`` reads it as a
+            fraction of each lane's initial loss.
+        retire_at_threshold: stop computing a lane once it reaches the threshold (its
+            later losses are NaN): fast "iterations to convergence" sweeps.  The run
+            ends when no lane is left.
+        max_loss: divergence limit: a lane whose loss is non-finite or above it, or whose
+            gradient or statistics are non-finite, is recorded as diverged at that step
+            and dropped from the batch (the others continue unaffected; no NaN reaches
+            any computation of another lane).  ``"auto"``: ``1e6 x`` the lane's initial
+            loss for mean-squared-error problems, non-finite only otherwise; ``None``:
+            non-finite only.
+        record_norms: record every layer's Frobenius norm at every step.
+        keep_weights: return every lane's final weights (row convention, the weights of
+            the last step the lane was computed: at divergence or retirement, or after
+            the last update).
+        dtype: compute dtype (float32 default; float64 for tight comparisons).
+        num_threads: ``torch.set_num_threads`` for the run (restored afterwards).
+        progress: ``True``, ``False`` or ``"auto"`` (:class:`isolab.engine.Progress`).
+        label: name of the sweep in a :class:`isolab.results.Results` (default:
+            ``optimizer``).
+
+    Returns:
+        A :class:`isolab.results.Sweep` (losses, weight norms, divergence and threshold
+        steps as NumPy arrays labelled by seed, learning rate and step).
+    """
+    rule = make_rule(optimizer, hyper)
+    lrs = np.asarray(lrs, dtype=np.float64).reshape(-1)
+    if lrs.size == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs < 0):
+        raise ValueError(f"lrs must be a non-empty sequence of finite numbers >= 0, got {lrs!r}")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    steps = int(steps)
+    if max_loss == "auto":
+        max_factor = 1e6 if problem.loss_kind == "mse" else None
+        max_abs = None
+    elif max_loss is None:
+        max_factor = max_abs = None
+    else:
+        max_factor, max_abs = None, float(max_loss)
+    if retire_at_threshold and threshold is None:
+        raise ValueError("retire_at_threshold needs a threshold")
+
+    S, L = len(seeds), lrs.size
+    N0 = S * L
+    k, n = problem.depth, problem.n
+    b = problem.batch_size
+    rule.batch = b
+
+    with _threads(num_threads), torch.no_grad():
+        t0 = time.perf_counter()
+        W0 = torch.stack([problem.initial_weights(s) for s in seeds], 1).to(dtype)  # (k, S, n, n)
+        seed_of = torch.arange(S).repeat_interleave(L)  # lane -> seed index
+        W = W0[:, seed_of].mT.contiguous()  # (k, N, out, in): torch's layout, W_i^T
+        lr = torch.as_tensor(np.tile(lrs, S), dtype=dtype).reshape(1, N0, 1, 1)
+        lanes = torch.arange(N0)  # global ids of the live lanes
+        state = rule.init_state(W)
+        data = _Data(problem, seeds, dtype)
+
+        loss_rec = torch.full((steps + 1, N0), math.nan, dtype=torch.float64)
+        norm_rec = torch.full((steps + 1, N0, k), math.nan, dtype=torch.float64) if record_norms else None
+        diverged_at = torch.full((N0,), -1, dtype=torch.int64)
+        hit_at = torch.full((N0,), -1, dtype=torch.int64)
+        thr = torch.full((N0,), math.nan if threshold is None else float(threshold), dtype=torch.float64)
+        limit = torch.full((N0,), math.inf if max_abs is None else max_abs, dtype=torch.float64)
+
+        final_W = torch.full((N0, k, n, n), math.nan, dtype=dtype) if keep_weights else None
+        bar = Progress(steps, label=optimizer, enabled=progress)
+        acts = torch.empty(k + 1, N0, problem.rows, n, dtype=dtype)
+        grads = torch.empty(k, N0, problem.rows, n, dtype=dtype)
+        last_t = 0
+        for t in range(steps + 1):
+            last_t = t
+            N = lanes.numel()
+            Xd, Td = data.get(t, steps)
+            sidx = seed_of[lanes]
+            A = acts[:, :N]
+            A[0] = Xd[sidx]
+            for i in range(k):
+                torch.matmul(A[i], W[i].mT, out=A[i + 1])
+            Tl = Td[sidx]
+            loss = problem.loss(A[k], Tl)
+            loss64 = loss.double()
+            loss_rec[t, lanes] = loss64
+            if norm_rec is not None:
+                norm_rec[t, lanes] = torch.linalg.matrix_norm(W).T.double()
+            if t == 0:
+                if max_factor is not None:
+                    limit[lanes] = max_factor * loss64.abs()
+                if relative_threshold and threshold is not None:
+                    thr[lanes] = threshold * loss64
+            bad = ~torch.isfinite(loss64) | (loss64 > limit[lanes])
+            drop = bad.clone()
+            if threshold is not None:
+                hit = (loss64 <= thr[lanes]) & (hit_at[lanes] < 0) & ~bad
+                if bool(hit.any()):
+                    hit_at[lanes[hit]] = t
+                if retire_at_threshold:
+                    drop |= hit_at[lanes] >= 0
+            if t == steps:
+                if bool(bad.any()):
+                    diverged_at[lanes[bad]] = t
+                break
+            Gk = problem.output_grad(A[k], Tl)
+            Gs = grads[:, :N]
+            Gs[k - 1] = Gk
+            for i in range(k - 1, 0, -1):
+                torch.matmul(Gs[i], W[i], out=Gs[i - 1])
+            Xs = A[:k]
+            g = Gs.mT @ Xs  # (k, N, out, in): weight.grad = G_i^T X_i for every layer and lane
+            stats = rule.statistics(Xs, Gs, b)
+            ok = _lane_ok(g)
+            for v in stats.values():
+                ok &= _lane_ok(v)
+            bad |= ~ok
+            drop |= ~ok
+            if bool(bad.any()):
+                diverged_at[lanes[bad]] = t
+            if bool(drop.any()):
+                if final_W is not None:
+                    final_W[lanes[drop]] = W[:, drop].transpose(0, 1).mT
+                keep = (~drop).nonzero().squeeze(-1)
+                lanes = lanes[keep]
+                if lanes.numel() == 0:
+                    break
+                W = W.index_select(1, keep)
+                g = g.index_select(1, keep)
+                lr = lr.index_select(1, keep)
+                stats = {key: v.index_select(1, keep) for key, v in stats.items()}
+                state = {key: v.index_select(1, keep) for key, v in state.items()}
+            rule.apply(W, g, stats, lr, t + 1, state)
+            bar.update(t + 1, f"{lanes.numel()}/{N0} lanes")
+        if final_W is not None and lanes.numel():
+            final_W[lanes] = W.transpose(0, 1).mT
+        bar.close(last_t)
+        seconds = time.perf_counter() - t0
+
+    def per_lane(x):
+        return x.numpy().reshape(S, L, *x.shape[1:])
+
+    info = {
+        "steps": steps, "steps_run": last_t, "dtype": str(dtype).replace("torch.", ""), "seconds": seconds,
+        "max_loss": max_loss if isinstance(max_loss, (str, type(None))) else float(max_loss),
+        "retire_at_threshold": bool(retire_at_threshold), "relative_threshold": bool(relative_threshold),
+        "threshold_value": None if threshold is None else float(threshold),
+        "roots": dict(rule.root_stats), "num_threads": torch.get_num_threads() if num_threads is None else num_threads,
+    }
+    return Sweep(
+        optimizer=optimizer,
+        label=label or optimizer,
+        lrs=lrs.copy(),
+        seeds=np.asarray(seeds, dtype=np.int64),
+        loss=per_lane(loss_rec.T.contiguous()),
+        weight_norm=None if norm_rec is None else per_lane(norm_rec.transpose(0, 1).contiguous()),
+        diverged_at=per_lane(diverged_at),
+        hit_at=per_lane(hit_at),
+        weights=None if final_W is None else per_lane(final_W.double()),
+        threshold=per_lane(thr),
+        hyper=dict(rule.h),
+        problem=problem.describe(),
+        info=info,
+    )

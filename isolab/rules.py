@@ -1,0 +1,191 @@
+r"""The stateful pieces of the optimizers, as small functions shared by every caller.
+
+:mod:`isolab.updates` holds the *stateless* update directions (one batch, no memory).
+The optimizers in :mod:`isolab.optim` add state across steps: Adam's moments and their
+bias correction, momentum, exponential averages of covariances, Gram accumulators, a
+refresh schedule, Muon's shape factor.  Those rules live here, once, and are called both
+by the ``torch.optim`` optimizers (one parameter at a time, a Python float ``lr``) and by
+the vectorized engine :mod:`isolab.engine` (a whole learning-rate sweep at once: every
+tensor carries a lane dimension and ``lr`` is a tensor that broadcasts against it, e.g.
+shape ``(1, lanes, 1, 1)`` for weights of shape ``(layers, lanes, n, m)``).
+
+Every function is batched over leading dimensions.  Functions whose name ends in ``_``
+modify their first tensor arguments in place (like ``torch``'s own convention); the others
+are pure.  With a float ``lr`` each function performs exactly the operations the
+optimizer performed before it was factored out (so a resumed run and the comparison with
+``torch.optim.Adam`` stay bitwise); with a tensor ``lr`` the same arithmetic is done with
+a per-lane scalar, which equals the float path to rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from . import linalg
+
+__all__ = [
+    "LR",
+    "decoupled_weight_decay_",
+    "descend_",
+    "momentum_",
+    "heavy_ball_",
+    "adam_moments_",
+    "adam_bias_corrections",
+    "adam_direction",
+    "adam_update_",
+    "ema",
+    "accumulate",
+    "bias_correction",
+    "refresh_due",
+    "muon_scale",
+    "muon_msign",
+]
+
+#: A learning rate: a Python float (one parameter) or a tensor broadcasting against the
+#: parameter (one value per lane of a sweep).
+LR = Union[float, Tensor]
+
+
+# ----------------------------------------------------------------------------- applying a step
+def decoupled_weight_decay_(param: Tensor, lr: LR, weight_decay: float) -> Tensor:
+    r"""Decoupled (AdamW-style) weight decay ``p <- p (1 - lr * wd)``, in place; no-op if ``wd == 0``."""
+    if weight_decay:
+        param.mul_(1 - lr * weight_decay)
+    return param
+
+
+def descend_(param: Tensor, direction: Tensor, lr: LR) -> Tensor:
+    r"""``p <- p - lr * direction``, in place (``direction`` cast to ``p``'s dtype)."""
+    direction = direction.to(param.dtype)
+    if isinstance(lr, Tensor):
+        param.sub_(direction * lr)
+    else:
+        param.add_(direction, alpha=-lr)
+    return param
+
+
+# ----------------------------------------------------------------------------- momentum
+def momentum_(buf: Tensor, grad: Tensor, momentum: float, nesterov: bool) -> Tensor:
+    r"""Exponential-average momentum (Muon, Iso, SignSGD): ``B <- mu B + (1 - mu) g``.
+
+    Updates ``buf`` in place and returns the direction to use: the Nesterov form
+    ``(1 - mu) g + mu B`` (a new tensor) or ``B`` itself.
+    """
+    buf.lerp_(grad, 1 - momentum)
+    return grad.lerp(buf, momentum) if nesterov else buf
+
+
+def heavy_ball_(
+    buf: Optional[Tensor], grad: Tensor, param: Tensor, momentum: float, nesterov: bool, weight_decay: float
+) -> Tensor:
+    r"""``torch.optim.SGD``'s direction (dampening 0): coupled weight decay, heavy-ball momentum.
+
+    ``d = g + wd p``; with momentum ``B <- mu B + d`` (``buf`` zero-initialised, updated in
+    place; its first value is ``d``, as torch's clone) and ``d = d + mu B`` (Nesterov) or
+    ``B``.  Returns the direction to subtract; ``buf`` may be ``None`` when ``momentum == 0``.
+    """
+    d = grad.add(param, alpha=weight_decay) if weight_decay else grad
+    if momentum:
+        buf.mul_(momentum).add_(d)
+        d = d.add(buf, alpha=momentum) if nesterov else buf
+    return d
+
+
+# ----------------------------------------------------------------------------- Adam
+def adam_moments_(exp_avg: Tensor, exp_avg_sq: Tensor, grad: Tensor, betas) -> None:
+    r"""Adam's moment updates in place: ``m <- b1 m + (1-b1) g``, ``v <- b2 v + (1-b2) g^2``."""
+    beta1, beta2 = betas
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+
+
+def adam_bias_corrections(step: int, betas) -> tuple[float, float]:
+    r"""``(1 - b1^t, 1 - b2^t)`` for the step count ``t >= 1``."""
+    beta1, beta2 = betas
+    return 1 - beta1**step, 1 - beta2**step
+
+
+def adam_direction(exp_avg: Tensor, exp_avg_sq: Tensor, step: int, betas, eps: float) -> Tensor:
+    r"""Adam's bias-corrected direction ``m_hat / (sqrt(v_hat) + eps)`` (a new tensor)."""
+    bc1, bc2 = adam_bias_corrections(step, betas)
+    denom = (exp_avg_sq.sqrt() / bc2**0.5).add_(eps)
+    return exp_avg.div(denom).div_(bc1)
+
+
+def adam_update_(
+    param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: int, lr: LR, betas, eps: float,
+    weight_decay: float = 0.0,
+) -> Tensor:
+    r"""One AdamW step in place, operation for operation as ``torch.optim.Adam``'s single-tensor path.
+
+    ``step`` is the step count *after* this step (1 at the first).  Weight decay is
+    decoupled: ``p <- p (1 - lr wd)``.  With a float ``lr`` the parameter update is
+    ``p.addcdiv_(m, denom, value=-lr/bc1)`` exactly as torch does; with a tensor ``lr``
+    it is ``p - (lr/bc1) * (m/denom)``, equal to rounding.
+    """
+    decoupled_weight_decay_(param, lr, weight_decay)
+    adam_moments_(exp_avg, exp_avg_sq, grad, betas)
+    bc1, bc2 = adam_bias_corrections(step, betas)
+    step_size = lr / bc1
+    denom = (exp_avg_sq.sqrt() / bc2**0.5).add_(eps)
+    if isinstance(lr, Tensor):
+        param.sub_(exp_avg.div(denom).mul_(step_size))
+    else:
+        param.addcdiv_(exp_avg, denom, value=-step_size)
+    return param
+
+
+# ----------------------------------------------------------------------------- statistics over time
+def ema(new: Tensor, previous: Optional[Tensor], beta: float) -> Tensor:
+    r"""Zero-initialised exponential average ``C <- beta C + (1 - beta) new`` (a new tensor).
+
+    With no previous value the average starts from 0: ``(1 - beta) new`` (``new`` itself
+    when ``beta == 0``).  Divide by :func:`bias_correction` to undo the zero start.  This
+    is the rule of Iso's covariance averages.
+    """
+    if previous is not None:
+        return new.lerp(previous, beta)
+    if beta > 0:
+        return new * (1 - beta)
+    return new
+
+
+def accumulate(new: Tensor, previous: Optional[Tensor], beta: float) -> Tensor:
+    r"""Decayed sum ``S <- beta S + new`` (Shampoo's Gram accumulators; ``beta = 1`` sums forever)."""
+    if previous is None:
+        return new
+    return new.add(previous, alpha=beta)
+
+
+def bias_correction(beta: float, count: int) -> float:
+    r"""``1 - beta^count``: divide a zero-initialised average of ``count`` terms by it."""
+    return 1 - beta**count
+
+
+def refresh_due(step: int, interval: int) -> bool:
+    r"""Whether a quantity refreshed every ``interval`` steps is recomputed at ``step`` (1, 1+interval, ...)."""
+    return (step - 1) % interval == 0
+
+
+# ----------------------------------------------------------------------------- Muon
+def muon_scale(rows: int, cols: int) -> float:
+    r"""Muon's shape factor ``sqrt(max(1, rows/cols))`` (``rows x cols`` in torch's ``(out, in)`` layout)."""
+    return max(1.0, rows / cols) ** 0.5
+
+
+def muon_msign(M: Tensor, *, steps: int = 5, exact: bool = False, compute_dtype=None) -> Tensor:
+    r"""Muon's direction for (a batch of) matrices ``M`` (last two dims): ``msign(M)`` times :func:`muon_scale`.
+
+    ``msign`` by ``steps`` quintic Newton--Schulz iterations
+    (:func:`isolab.linalg.msign_newton_schulz`) or exactly by SVD (``exact=True``).  The
+    shape factor uses ``M``'s last two dimensions read as ``(out, in)``.
+    """
+    if exact:
+        o = linalg.msign(M)
+    else:
+        o = linalg.msign_newton_schulz(M, steps=steps, compute_dtype=compute_dtype)
+    scale = muon_scale(M.shape[-2], M.shape[-1])
+    return o * scale if scale != 1.0 else o

@@ -1,0 +1,62 @@
+"""Results: labelled arrays, lossless save/load, plots."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from isolab.engine import sweep  # noqa: E402
+from isolab.problems import DeepLinearRegression  # noqa: E402
+from isolab.results import Results, Sweep, load, plot_loss_curves, plot_sweep, plot_weight_norm, save  # noqa: E402
+
+P = DeepLinearRegression(n=6, depth=2, batch=12)
+
+
+@pytest.fixture(scope="module")
+def results():
+    r = Results()
+    r.add(sweep(P, "adam", [1e-3, 1e-2, 1e4], 15, seeds=(0, 1), threshold=0.5, relative_threshold=True,
+                keep_weights=True))
+    r.add(sweep(P, "isoadam", [1e-3, 1e-2], 15, hyper=dict(betas=(0.8, 0.99)), record_norms=False))
+    return r
+
+
+def test_labels_and_shapes(results):
+    s = results["adam"]
+    assert results.labels == ["adam", "isoadam"]
+    assert s.loss.shape == (2, 3, 16) and s.weight_norm.shape == (2, 3, 16, 2)
+    assert s.weights.shape == (2, 3, 2, 6, 6) and s.steps == 15
+    assert s.diverged[:, 2].all() and not s.diverged[:, :2].any()
+    assert np.isinf(s.final_loss()[:, 2]).all()
+    assert s.best()[0] in (1e-3, 1e-2)
+    assert results["isoadam"].weight_norm is None and results["isoadam"].hyper["betas"] == (0.8, 0.99)
+    rows = results.summary()
+    assert rows[0]["diverged"] == 2 and rows[0]["lanes"] == 6
+
+
+def test_save_load_round_trip(results, tmp_path):
+    path = save(results, tmp_path / "sweeps.npz")
+    back = load(path)
+    assert back == results
+    for a, b in zip(results, back):
+        for k in ("loss", "hit_at", "diverged_at", "lrs", "threshold"):
+            x, y = getattr(a, k), getattr(b, k)
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+        assert a.hyper == b.hyper and a.info == b.info and a.problem == b.problem
+    single = save(results["isoadam"], tmp_path / "one.npz")
+    assert load(single)["isoadam"] == results["isoadam"]
+
+
+def test_plots(results):
+    fig, axes = plt.subplots(1, 3)
+    assert plot_sweep(axes[0], results) is axes[0]
+    assert len(axes[0].lines) >= 2 and axes[0].get_xscale() == "log"
+    plot_sweep(axes[0], results["adam"], metric="iterations")
+    plot_weight_norm(axes[1], results["adam"], lrs=[1e-3, 1e-2])
+    assert len(axes[1].lines) == 2
+    plot_loss_curves(axes[2], results["isoadam"])
+    assert len(axes[2].lines) == 2
+    plt.close(fig)
