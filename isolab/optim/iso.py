@@ -509,8 +509,8 @@ class IsoAdam(_IsoBase):
 
     Args:
         lr, betas, eps, weight_decay: Adam's (decoupled weight decay).
-        beta_cov, damping, stat_interval, root_interval, root_method, root_tol,
-        warmup_steps, stats_dtype: as in :class:`Iso`.
+        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps, stats_dtype:
+            as in :class:`Iso`.
         whiten: whiten the gradient (default True); False gives plain Adam.
     """
 
