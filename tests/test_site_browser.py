@@ -127,7 +127,7 @@ class PageVisit:
 def wait_for_math(page) -> None:
     has_mathjax = page.evaluate("() => typeof window.MathJax !== 'undefined'")
     if has_mathjax:
-        page.wait_for_function("() => window.MathJax.startup && window.MathJax.startup.promise", timeout=30_000)
+        page.wait_for_function("() => window.MathJax.startup && window.MathJax.startup.promise", timeout=120_000)
         page.evaluate("() => window.MathJax.startup.promise")
 
 
