@@ -71,10 +71,17 @@ class Sweep:
         return out
 
     def total_weight_norm(self) -> np.ndarray:
-        """``(S, L, steps+1)``: ``sqrt(sum_i ||W_i||_F^2)``."""
+        """``(S, L, steps+1)``: ``sqrt(sum_i ||W_i||_F^2)``, computed as
+        ``m * sqrt(sum_i (||W_i||/m)^2)`` with ``m`` the largest layer norm, so that
+        exploding runs (norms past 1e154) give their norm, not an overflow."""
         if self.weight_norm is None:
             raise ValueError("this sweep was run with record_norms=False")
-        return np.sqrt(np.sum(self.weight_norm**2, axis=-1))
+        norms = self.weight_norm
+        with np.errstate(invalid="ignore", divide="ignore"):
+            largest = np.max(norms, axis=-1, keepdims=True)
+            scaled = np.where(largest > 0, norms / np.where(largest > 0, largest, 1.0), 0.0)
+            total = largest[..., 0] * np.sqrt(np.sum(scaled**2, axis=-1))
+        return total
 
     def metric(self, name: str) -> np.ndarray:
         """``"final_loss"`` or ``"iterations"`` as ``(S, L)``."""

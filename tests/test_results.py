@@ -60,3 +60,19 @@ def test_plots(results):
     plot_loss_curves(axes[2], results["isoadam"])
     assert len(axes[2].lines) == 2
     plt.close(fig)
+
+
+def test_total_weight_norm_does_not_overflow_for_exploding_runs():
+    import warnings
+
+    from isolab.results import Sweep
+
+    norms = np.full((1, 1, 2, 2), 1e200)
+    norms[0, 0, 0] = [3.0, 4.0]
+    sweep = Sweep("sgd", "sgd", np.array([1.0]), np.array([0]), np.zeros((1, 1, 2)), norms,
+                  np.array([[-1]]), np.array([[-1]]), np.array([[np.nan]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        total = sweep.total_weight_norm()
+    assert total[0, 0, 0] == pytest.approx(5.0)
+    assert total[0, 0, 1] == pytest.approx(np.sqrt(2) * 1e200)
