@@ -134,6 +134,10 @@ class Explorable:
         size of a full-colour one).
     caption:
         Optional text under the sliders (alt text of the image on the website).
+    trains:
+        Whether a redraw runs a training computation. The book's budget for a live
+        redraw is 300 ms for such figures and 150 ms for the others
+        (``benchmarks/bench_explorables.py`` reads :attr:`redraw_budget_ms`).
     """
 
     _counter = itertools.count()
@@ -148,6 +152,7 @@ class Explorable:
         static_dpi: int = 80,
         static_colors: int = 64,
         caption: str = "",
+        trains: bool = False,
         max_frames: int = MAX_FRAMES,
         max_static_bytes: int = MAX_STATIC_BYTES,
     ) -> None:
@@ -176,6 +181,7 @@ class Explorable:
             raise ValueError(f"static_colors must be between 2 and 256, got {static_colors}")
         self.static_colors = static_colors
         self.caption = caption
+        self.redraw_budget_ms = 300.0 if trains else 150.0
         self.max_static_bytes = max_static_bytes
         self.n_frames = n_frames
         self._figure = Figure(figsize=figsize, dpi=dpi)

@@ -170,3 +170,8 @@ def test_margins_found_at_the_defaults_survive_clearing_and_no_layout_engine_rem
     assert fig.get_layout_engine() is None, "a layout engine makes every savefig draw twice"
     assert e._margins["left"] != 0.125 or e._margins["bottom"] != 0.11, "tight_layout margins were not kept"
     assert fig.subplotpars.left == pytest.approx(e._margins["left"])
+
+
+def test_redraw_budget_depends_on_whether_the_figure_trains():
+    assert make().redraw_budget_ms == 150
+    assert make(trains=True).redraw_budget_ms == 300
