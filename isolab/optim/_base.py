@@ -125,6 +125,17 @@ def adam_step(param: torch.Tensor, grad: torch.Tensor, state: dict, lr, betas, e
     )
 
 
+def adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay):
+    """Validated hyperparameters of the AdamW fallback group (named ``adam_*`` in the
+    optimizers' signatures, so an error names the argument the caller passed)."""
+    check_lr(adam_lr, "adam_lr")
+    check_betas(adam_betas, "adam_betas")
+    check_eps(adam_eps, "adam_eps")
+    check_nonneg(adam_weight_decay, "adam_weight_decay")
+    return dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
+
+
+
 # --------------------------------------------------------------------------- base class
 
 

@@ -68,6 +68,7 @@ from torch import nn
 from .. import linalg, updates
 from ._base import (
     RoutedOptimizer,
+    adam_fallback_defaults,
     adam_step,
     check_beta,
     check_betas,
@@ -379,14 +380,6 @@ def _damped_inverse_sqrt(C, damping, what):
     return ((V * scale.unsqueeze(-2)) @ V.mT).to(C.dtype)
 
 
-def _adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay):
-    check_lr(adam_lr, "adam_lr")
-    check_betas(adam_betas, "adam_betas")
-    check_eps(adam_eps, "adam_eps")
-    check_nonneg(adam_weight_decay, "adam_weight_decay")
-    return dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
-
-
 class Iso(_IsoBase):
     r"""Iso (arXiv 2307.12979): SGD with momentum, whitened on both sides of each layer.
 
@@ -462,7 +455,7 @@ class Iso(_IsoBase):
             stat_interval=stat_interval, root_interval=root_interval, root_method=root_method,
             root_tol=root_tol, warmup_steps=warmup_steps, weight_decay=weight_decay,
         )
-        adam = _adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
+        adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(model, params, defaults, adam, embeddings=embeddings, head=head, others=others, stats_dtype=stats_dtype)
 
     def _validate_matrix_group(self, group, gi):
@@ -547,7 +540,7 @@ class IsoAdam(_IsoBase):
             stat_interval=stat_interval, root_interval=root_interval, root_method=root_method,
             root_tol=root_tol, warmup_steps=warmup_steps, whiten=whiten,
         )
-        adam = _adam_fallback_defaults(
+        adam = adam_fallback_defaults(
             lr if adam_lr is None else adam_lr,
             betas if adam_betas is None else adam_betas,
             eps if adam_eps is None else adam_eps,

@@ -6,11 +6,10 @@ import torch
 
 from .. import rules
 from ._base import (
+    adam_fallback_defaults,
     RoutedOptimizer,
     check_beta,
-    check_betas,
     check_bool,
-    check_eps,
     check_lr,
     check_nonneg,
     check_positive_int,
@@ -88,15 +87,11 @@ class Muon(RoutedOptimizer):
         head=None,
         others: str = "raise",
     ):
-        check_lr(adam_lr, "adam_lr")
-        check_betas(adam_betas, "adam_betas")
-        check_eps(adam_eps, "adam_eps")
-        check_nonneg(adam_weight_decay, "adam_weight_decay")
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, exact=exact,
             weight_decay=weight_decay, compute_dtype=compute_dtype,
         )
-        adam = dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
+        adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(params, defaults, adam, embeddings=embeddings, head=head, others=others)
 
     def _validate_matrix_group(self, group, gi):

@@ -6,10 +6,9 @@ import torch
 
 from .. import linalg, rules, updates
 from ._base import (
+    adam_fallback_defaults,
     RoutedOptimizer,
-    check_betas,
     check_dtype,
-    check_eps,
     check_float,
     check_lr,
     check_nonneg,
@@ -69,15 +68,11 @@ class Shampoo(RoutedOptimizer):
         head=None,
         others: str = "raise",
     ):
-        check_lr(adam_lr, "adam_lr")
-        check_betas(adam_betas, "adam_betas")
-        check_eps(adam_eps, "adam_eps")
-        check_nonneg(adam_weight_decay, "adam_weight_decay")
         defaults = dict(
             lr=lr, beta=beta, damping=damping, root_interval=root_interval,
             weight_decay=weight_decay, stats_dtype=stats_dtype,
         )
-        adam = dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
+        adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(params, defaults, adam, embeddings=embeddings, head=head, others=others)
 
     def _validate_matrix_group(self, group, gi):
