@@ -49,6 +49,9 @@ def run_chapter(path: Path):
                     raise RuntimeError(f"{path.name}: a cell failed: {result.error_in_exec or result.error_before_exec}")
     finally:
         os.chdir(cwd)
+        import matplotlib.pyplot as plt
+
+        plt.close("all")  # the chapters' static figures; many chapters run in one process
     return [e for e in registry() if id(e) not in before]
 
 
