@@ -13,8 +13,8 @@ The library behind the isolab book. Modules, each with one purpose:
 - :mod:`isolab.updates`    update rules as pure functions of a layer's ``X`` and ``G``.
 - :mod:`isolab.optim`      the ``torch.optim`` optimizers: SignSGD, Muon, Shampoo, Iso, IsoAdam.
 - :mod:`isolab.noise_dynamics`, :mod:`isolab.invariance`, :mod:`isolab.batch_noise`,
-  :mod:`isolab.residual`, :mod:`isolab.first_step`, :mod:`isolab.tensor_iso`: the
-  computations behind single chapters (5, 6, 7, 8, 9 and 12).
+  :mod:`isolab.residual`, :mod:`isolab.first_step`, :mod:`isolab.lm`,
+  :mod:`isolab.tensor_iso`: the computations behind single chapters (5–9, 11, 12).
 - :mod:`isolab.rules`      the optimizers' stateful rules (moments, momentum, averages),
   shared by :mod:`isolab.optim` and the engine.
 - :mod:`isolab.problems`   seeded training problems of the paper (deep linear regression,

@@ -152,3 +152,22 @@ def test_memory_of_state():
         numel = sum(v.numel() for v in st.values() if isinstance(v, torch.Tensor))
         assert numel == 2 * w.numel() + extra * (n * n + m * m), (stat_interval, root_interval)
         opt.remove_hooks()
+
+
+def test_lean_state_handles_an_exactly_zero_gradient_covariance():
+    """Statistics and roots refreshed together (lean state) with a zero-initialised head:
+    the first layer's output gradients are exactly zero, so Cov(G) = 0 and the relative
+    damping is 0. The step must fall back to the pseudo-inverse root, not divide by zero."""
+    from isolab.optim import IsoAdam
+
+    for stat_interval in (1, 10):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), torch.nn.Linear(8, 4, bias=False))
+        torch.nn.init.zeros_(model[1].weight)
+        opt = IsoAdam(model, stat_interval=stat_interval, root_interval=10)
+        before = model[0].weight.detach().clone()
+        model(torch.randn(16, 8)).square().mean().backward()
+        opt.step()
+        assert torch.isfinite(model[1].weight).all()
+        assert torch.equal(model[0].weight, before), "a zero gradient must give a zero update"
+        opt.remove_hooks()

@@ -203,7 +203,7 @@ class _IsoBase(RoutedOptimizer):
 
     def _root(self, C, group, previous, what, name):
         try:
-            if group["root_method"] == "eigh" and self._lean(group):
+            if group["root_method"] == "eigh" and self._lean(group) and _lean_shift(C, group["damping"]) is not None:
                 R = _damped_inverse_sqrt(C, group["damping"], what)
             elif group["root_method"] == "eigh":
                 R = linalg.symmetric_inverse_root(C, p=2, damping=group["damping"])
