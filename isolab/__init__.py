@@ -12,9 +12,12 @@ The library behind the isolab book. Modules, each with one purpose:
 - :mod:`isolab.linalg`     matrix functions: msign, inverse roots, whitening, CCA.
 - :mod:`isolab.updates`    update rules as pure functions of a layer's ``X`` and ``G``.
 - :mod:`isolab.optim`      the ``torch.optim`` optimizers: SignSGD, Muon, Shampoo, Iso, IsoAdam.
+- :mod:`isolab.distributed` several processes: a launcher, statistics averaged across
+  processes (upper triangles, bucketed), inverse roots computed by their owners and shared.
 - :mod:`isolab.noise_dynamics`, :mod:`isolab.invariance`, :mod:`isolab.batch_noise`,
   :mod:`isolab.residual`, :mod:`isolab.first_step`, :mod:`isolab.lm`,
-  :mod:`isolab.tensor_iso`: the computations behind single chapters (5–9, 11, 12).
+  :mod:`isolab.tensor_iso`, :mod:`isolab.scaling`: the computations behind single
+  chapters (5–9, 11, 12, 13).
 - :mod:`isolab.rules`      the optimizers' stateful rules (moments, momentum, averages),
   shared by :mod:`isolab.optim` and the engine.
 - :mod:`isolab.problems`   seeded training problems of the paper (deep linear regression,

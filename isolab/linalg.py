@@ -25,6 +25,7 @@ Contents
 
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Real
 from typing import NamedTuple, Optional, Sequence
@@ -44,6 +45,11 @@ __all__ = [
     "inverse_sqrt_newton_info",
     "NewtonInverseSqrt",
     "inverse_sqrt_track",
+    "inverse_sqrt_eig",
+    "inverse_sqrt_in_basis",
+    "all_finite",
+    "gram",
+    "GRAM_BLOCK",
     "covariance_from_inverse_sqrt",
     "TrackedInverseSqrt",
     "covariance",
@@ -86,6 +92,48 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _HALF else dtype
 
 
+def all_finite(*tensors: Tensor) -> bool:
+    """``True`` iff every entry of every tensor is finite (no NaN, no ±Inf).
+
+    One reduction per tensor in the common case: a NaN or Inf anywhere makes the sum
+    non-finite; only then (or when a finite sum overflows) is the exact elementwise test
+    run, so the answer is exact and a healthy tensor costs one pass instead of four.
+    """
+    for t in tensors:
+        if not math.isfinite(float(t.sum())) and not bool(torch.isfinite(t).all()):
+            return False
+    return True
+
+
+#: Column-block width of :func:`gram` on a CPU.
+GRAM_BLOCK = 64
+
+
+def gram(a: Tensor) -> Tensor:
+    r"""``a^T a`` of a ``(rows, n)`` matrix.
+
+    On a CPU with ``n > 2·GRAM_BLOCK`` only the upper block triangle is multiplied (one
+    product per block row, ``a[:, i:i+k]^T a[:, i:]``) and mirrored: about ``1/2 + k/(2n)``
+    of the multiply-adds of ``a^T a``, the same dot products. Measured with 4096 rows on
+    one thread: ``n = 1024`` in 50 ms instead of 79, ``n = 256`` in 3.5 ms instead of 5.2.
+    Elsewhere (a GPU, small ``n``) one product is faster. Used for the statistics
+    ``X^T X``, ``G^T G`` and for the lean state's ``P^{-2}``.
+    """
+    _check_matrix("a", a)
+    if a.ndim != 2:
+        raise ValueError(f"gram expects a 2-D matrix, got shape {tuple(a.shape)}")
+    n = a.shape[1]
+    if a.device.type != "cpu" or n <= 2 * GRAM_BLOCK:
+        return a.T @ a
+    out = a.new_empty(n, n)
+    for i in range(0, n, GRAM_BLOCK):
+        j = min(i + GRAM_BLOCK, n)
+        block = a[:, i:j].T @ a[:, i:]
+        out[i:j, i:] = block
+        out[j:, i:j] = block[:, j - i:].T
+    return out
+
+
 def _eye_like(M: Tensor) -> Tensor:
     return torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
 
@@ -122,7 +170,7 @@ def _eigh_with_retry(A: Tensor, what: str):
     first_failure = None
     try:
         w, V = torch.linalg.eigh(A)
-        if bool(torch.isfinite(w).all()) and bool(torch.isfinite(V).all()):
+        if all_finite(w, V):
             return w, V
         first_failure = "eigh returned non-finite values"
     except RuntimeError as err:  # torch.linalg.LinAlgError is a RuntimeError
@@ -134,7 +182,7 @@ def _eigh_with_retry(A: Tensor, what: str):
         w, V = torch.linalg.eigh(A64)
     except RuntimeError as err:
         raise ValueError(f"{what}: {first_failure}; the float64 retry failed too: {err}") from err
-    if not (bool(torch.isfinite(w).all()) and bool(torch.isfinite(V).all())):
+    if not all_finite(w, V):
         raise ValueError(f"{what}: {first_failure}; the float64 retry returned non-finite values")
     return w, V
 
@@ -254,9 +302,9 @@ def newton_schulz_map(s: Tensor, steps: int, coefficients: Sequence[float] = QUI
 
 
 # ----------------------------------------------------------------------------- inverse roots
-def _inverse_root_absolute(C: Tensor, p: float, lam: Optional[Tensor], what: str) -> Tensor:
-    """``(sym(C) + lam I)^{-1/p}`` with an *absolute* shift ``lam`` (``(..., 1, 1)`` or None)."""
-    if not bool(torch.isfinite(C).all()):
+def _inverse_root_absolute(C: Tensor, p: float, lam: Optional[Tensor], what: str) -> tuple[Tensor, Tensor]:
+    """``((sym(C) + lam I)^{-1/p}, V)`` with an *absolute* shift ``lam`` (``(..., 1, 1)`` or None) and the eigenvectors."""
+    if not all_finite(C):
         raise ValueError(f"{what}: the matrix contains NaN or Inf")
     work_dtype = _work_dtype(C.dtype)
     A = _symmetrize(C.to(work_dtype))
@@ -267,9 +315,9 @@ def _inverse_root_absolute(C: Tensor, p: float, lam: Optional[Tensor], what: str
     safe = torch.where(keep, w, torch.ones_like(w))
     scale = torch.where(keep, safe.pow(-1.0 / p), torch.zeros_like(w))
     root = (V * scale.unsqueeze(-2)) @ V.mT
-    if not bool(torch.isfinite(root).all()):
+    if not all_finite(root):
         raise ValueError(f"{what}: the inverse root is not finite (matrix too ill-conditioned; use damping > 0)")
-    return root.to(C.dtype)
+    return root.to(C.dtype), V.to(C.dtype)
 
 
 def symmetric_inverse_root(C: Tensor, p: float = 2, damping: float = 0.0) -> Tensor:
@@ -295,8 +343,21 @@ def symmetric_inverse_root(C: Tensor, p: float = 2, damping: float = 0.0) -> Ten
     damping = _check_damping(damping)
     lam = None
     if damping > 0:
-        lam = damping * _mean_trace(_symmetrize(C.to(_work_dtype(C.dtype))))
-    return _inverse_root_absolute(C, float(p), lam, f"symmetric_inverse_root(p={p})")
+        lam = damping * _mean_trace(C.to(_work_dtype(C.dtype)))  # the diagonal of sym(C) is C's
+    return _inverse_root_absolute(C, float(p), lam, f"symmetric_inverse_root(p={p})")[0]
+
+
+def inverse_sqrt_eig(C: Tensor, damping: float = 0.0) -> tuple[Tensor, Tensor]:
+    r"""``(root, basis)``: :func:`inverse_sqrt` and the eigenvectors ``V`` it was computed in.
+
+    ``root = V diag((w + lambda)^{-1/2}) V^T`` exactly as :func:`inverse_sqrt` (same damping,
+    pseudo-inverse and float64 retry); ``basis = V`` lets :func:`inverse_sqrt_in_basis`
+    update the root cheaply while ``C`` drifts.
+    """
+    _check_matrix("C", C, square=True)
+    damping = _check_damping(damping)
+    lam = damping * _mean_trace(C.to(_work_dtype(C.dtype)))  # the diagonal of sym(C) is C's if damping > 0 else None
+    return _inverse_root_absolute(C, 2.0, lam, "inverse_sqrt_eig")
 
 
 def inverse_sqrt(C: Tensor, damping: float = 0.0) -> Tensor:
@@ -441,7 +502,7 @@ def inverse_sqrt_newton_info(
         steps = _check_steps(steps)
     if tol is not None and (isinstance(tol, bool) or not isinstance(tol, Real) or not tol > 0):
         raise ValueError(f"tol must be None or a real number > 0, got {tol!r}")
-    if not bool(torch.isfinite(C).all()):
+    if not all_finite(C):
         raise ValueError("inverse_sqrt_newton: C contains NaN or Inf")
 
     work_dtype = _work_dtype(C.dtype)
@@ -456,7 +517,7 @@ def inverse_sqrt_newton_info(
             raise ValueError(
                 f"initial must have the matrix shape of C {tuple(C.shape[-2:])}, got {tuple(initial.shape)}"
             )
-        if not bool(torch.isfinite(initial).all()):
+        if not all_finite(initial):
             raise ValueError("inverse_sqrt_newton: initial contains NaN or Inf")
         P = _symmetrize(initial.to(device=A.device, dtype=work_dtype)).expand_as(A)
     tol_value = _default_tol(n, work_dtype) if tol is None else float(tol)
@@ -470,7 +531,7 @@ def inverse_sqrt_newton_info(
             f"(tol {tol_value:.3g}); C is singular or too ill-conditioned for the iteration in {work_dtype} "
             "- use damping > 0, or symmetric_inverse_root (eigh, pseudo-inverse semantics)"
         )
-    if not bool(torch.isfinite(root).all()):
+    if not all_finite(root):
         raise ValueError("inverse_sqrt_newton: the result is not finite (C too ill-conditioned; use damping > 0)")
     return NewtonInverseSqrt(root.to(C.dtype), iterations, residual, warm)
 
@@ -550,6 +611,7 @@ def inverse_sqrt_track(
     damping: float = 0.0,
     tol: float = 1e-3,
     max_residual: float = 0.05,
+    probes: Optional[int] = None,
 ) -> TrackedInverseSqrt:
     r"""Follow ``(C + lambda I)^{-1/2}`` (``lambda = damping * tr(C)/n``) from a nearby root.
 
@@ -566,9 +628,18 @@ def inverse_sqrt_track(
        else ``root=None`` (``"failed"``): the caller must recompute (eigh or
        :func:`inverse_sqrt_newton`).
 
+    With ``probes=k`` the refined root is measured on ``k`` fixed Gaussian probe vectors
+    instead (Hutchinson: ``||R' V||_F^2 / k`` estimates ``||R'||_F^2`` without bias, relative
+    standard deviation at most ``sqrt(2/k)``; the probes come from a seeded generator, so
+    the result is deterministic): ``3 k n^2`` multiply-adds instead of two matmuls, so a
+    refinement costs 3 matmuls instead of 5. The estimate is accepted only against
+    ``max_residual / (1 + sqrt(2/k))``, two worst-case standard deviations of the estimated
+    residual below the bound (the optimizers use ``k = 32``: ``max_residual / 1.25``).
+
     **Guarantee**: a returned root ``P`` always has a *measured* residual
     ``||I - P A P||_F/sqrt(n) <= max(tol, max_residual)`` with respect to the current ``A``
-    (computed in ``C``'s working precision), so the whitening error is bounded, never
+    (computed in ``C``'s working precision; with ``probes``, a refined root's residual is the
+    probe estimate, accepted with the margin above), so the whitening error is bounded, never
     silent.  **Accuracy**: the error component of ``P - A^{-1/2}`` that commutes with ``A``
     shrinks quadratically per step; a component between eigen-directions whose root values
     differ by a ratio ``r`` is multiplied by ``(r + 1/r - 2)/4`` (the step is the exact
@@ -578,11 +649,13 @@ def inverse_sqrt_track(
     slowly drifting statistics the residual settles at roughly the per-call drift of
     ``P A P``; for ill-conditioned ones the guard returns ``None`` and the caller pays a
     full recompute.  ``tests/test_linalg_tracking.py`` measures both against ``eigh`` in
-    float64.  Cost: 2 matmuls when kept, 5 when refined.  Not batched over leading
-    dimensions beyond what ``@`` broadcasts (the residual is the worst over the batch).
+    float64.  Cost: 2 matmuls when kept, 5 when refined (3 with ``probes``).  Not batched over
+    leading dimensions beyond what ``@`` broadcasts (the residual is the worst over the batch).
     """
     _check_matrix("C", C, square=True)
     _check_matrix("previous", previous, square=True)
+    if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int) or probes < 1):
+        raise ValueError(f"probes must be None or a positive int, got {probes!r}")
     damping = _check_damping(damping)
     if previous.shape[-2:] != C.shape[-2:]:
         raise ValueError(f"previous must have the matrix shape of C {tuple(C.shape[-2:])}, got {tuple(previous.shape)}")
@@ -590,15 +663,14 @@ def inverse_sqrt_track(
         if isinstance(v, bool) or not isinstance(v, Real) or not v > 0:
             raise ValueError(f"{name} must be a real number > 0, got {v!r}")
     work_dtype = _work_dtype(C.dtype)
-    A = _symmetrize(C.to(work_dtype))
+    A = _symmetrize(C.to(work_dtype))  # a new tensor: the in-place shift below is safe
     if damping > 0:
-        A = A + damping * _mean_trace(A) * _eye_like(A)
+        A.diagonal(dim1=-2, dim2=-1).add_(damping * _mean_trace(A)[..., 0])
     P = previous.to(device=A.device, dtype=work_dtype)
-    I = _eye_like(A)
 
     def measure(X):
-        R = I - X @ (A @ X)
-        R = _symmetrize(R)
+        R = torch.matmul(X, A @ X).neg_()  # R = I - X A X, in place: one pass over n^2 entries
+        R.diagonal(dim1=-2, dim2=-1).add_(1.0)
         return R, _residual(R)
 
     R, r0 = measure(P)
@@ -607,13 +679,94 @@ def inverse_sqrt_track(
     if r0 <= tol:
         return TrackedInverseSqrt(P.to(C.dtype), r0, "kept")
     PR = P @ R
-    P1 = P + 0.25 * (PR + PR.mT)
-    _, r1 = measure(P1)
-    if math.isfinite(r1) and r1 <= min(r0, max_residual):
+    P1 = (PR + PR.mT).mul_(0.25).add_(P)  # P + (P R + R P)/4, symmetric by construction
+    if probes is None:
+        _, r1 = measure(P1)
+        bound = min(r0, max_residual)
+    else:
+        r1 = _probe_residual(A, P1, probes)
+        bound = min(r0, max_residual / (1 + math.sqrt(2 / probes)))
+    if math.isfinite(r1) and r1 <= bound:
         return TrackedInverseSqrt(P1.to(C.dtype), r1, "refined")
     if r0 <= max_residual:
         return TrackedInverseSqrt(P.to(C.dtype), r0, "stale")
     return TrackedInverseSqrt(None, min(r0, r1) if math.isfinite(r1) else r0, "failed")
+
+
+def inverse_sqrt_in_basis(
+    C: Tensor,
+    basis: Tensor,
+    damping: float = 0.0,
+    max_residual: float = 0.05,
+    probes: int = 32,
+) -> TrackedInverseSqrt:
+    r"""``(C + lambda I)^{-1/2}`` to first order in a nearly diagonalizing orthogonal ``basis``.
+
+    With ``A = sym(C) + lambda I`` (``lambda = damping * tr(C)/n``) and ``V = basis`` the
+    eigenvectors of an earlier, nearby ``A`` (from :func:`inverse_sqrt_eig`), the rotated
+    matrix ``Ã = V^T A V = D + E`` is diagonal ``D = diag(a)`` up to a small off-diagonal
+    drift ``E``.  The Fréchet derivative of ``f(x) = x^{-1/2}`` at a diagonal matrix acts
+    entrywise through divided differences, ``(f(a_i) − f(a_j))/(a_i − a_j) = −q_i^2 q_j^2 /
+    (q_i + q_j)`` with ``q = a^{-1/2}``, so
+
+        ``Ã^{-1/2} = diag(q) − E ⊙ K + O(||E||^2)``,  ``K_ij = q_i^2 q_j^2 / (q_i + q_j)``,
+
+    and the root is ``V (diag(q) − E ⊙ K) V^T``: 4 matmuls, no factorization.  Unlike the
+    symmetric Newton step of :func:`inverse_sqrt_track` this is the exact linearization for
+    every pair of eigen-directions, so it stays accurate at any condition number (measured on
+    ReLU features at cond 700: residual 0.002–0.005 where the Newton step reaches 0.013–0.09).
+    The error grows with the drift since ``V`` was computed; the residual ``||I − P A P||_F /
+    sqrt(n)`` is estimated on ``probes`` fixed Gaussian vectors (see
+    :func:`inverse_sqrt_track`) and the root is returned (status ``"refined"``) only when the
+    estimate is at most ``max_residual / (1 + sqrt(2/probes))``; otherwise ``root=None``
+    (``"failed"``: recompute with :func:`inverse_sqrt_eig`, which also renews the basis).
+    A diagonal entry ``a_i <= 0`` (singular ``C`` without damping) also fails.
+    """
+    _check_matrix("C", C, square=True)
+    _check_matrix("basis", basis, square=True)
+    damping = _check_damping(damping)
+    if basis.shape[-2:] != C.shape[-2:]:
+        raise ValueError(f"basis must have the matrix shape of C {tuple(C.shape[-2:])}, got {tuple(basis.shape)}")
+    if isinstance(max_residual, bool) or not isinstance(max_residual, Real) or not max_residual > 0:
+        raise ValueError(f"max_residual must be a real number > 0, got {max_residual!r}")
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 1:
+        raise ValueError(f"probes must be a positive int, got {probes!r}")
+    work_dtype = _work_dtype(C.dtype)
+    A = _symmetrize(C.to(work_dtype))
+    if damping > 0:
+        A.diagonal(dim1=-2, dim2=-1).add_(damping * _mean_trace(A)[..., 0])
+    V = basis.to(device=A.device, dtype=work_dtype)
+    At = V.mT @ (A @ V)
+    a = At.diagonal(dim1=-2, dim2=-1)
+    if not bool((a > 0).all()):
+        return TrackedInverseSqrt(None, math.inf, "failed")
+    q = a.rsqrt()
+    q2 = q * q
+    K = (q2.unsqueeze(-1) * q2.unsqueeze(-2)).div_(q.unsqueeze(-1) + q.unsqueeze(-2))
+    Pt = At.mul_(K).neg_()  # -E ⊙ K off the diagonal (At is not used again)
+    Pt.diagonal(dim1=-2, dim2=-1).copy_(q)
+    P = V @ (Pt @ V.mT)
+    P = _symmetrize(P)
+    r = _probe_residual(A, P, probes)
+    if math.isfinite(r) and r <= max_residual / (1 + math.sqrt(2 / probes)):
+        return TrackedInverseSqrt(P.to(C.dtype), r, "refined")
+    return TrackedInverseSqrt(None, r, "failed")
+
+
+@functools.lru_cache(maxsize=32)
+def _probes(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``k`` fixed Gaussian probe vectors of length ``n`` (seeded: the same on every call)."""
+    gen = torch.Generator(device="cpu").manual_seed(0x150)
+    return torch.randn(n, k, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+def _probe_residual(A: Tensor, P: Tensor, k: int) -> float:
+    """Hutchinson estimate of ``||I - P A P||_F / sqrt(n)`` on ``k`` fixed Gaussian probes."""
+    n = A.shape[-1]
+    V = _probes(n, k, A.dtype, A.device)
+    RV = V - P @ (A @ (P @ V))
+    sq = RV.square().sum(dim=(-2, -1)) / k
+    return math.sqrt(float(sq.amax()) / n)
 
 
 def covariance_from_inverse_sqrt(P: Tensor, shift: float) -> Tensor:
@@ -632,7 +785,8 @@ def covariance_from_inverse_sqrt(P: Tensor, shift: float) -> Tensor:
     if bool((info != 0).any()):
         raise ValueError("covariance_from_inverse_sqrt: the root is not positive definite")
     Pinv = torch.cholesky_inverse(L)
-    C = _symmetrize(Pinv @ Pinv) - float(shift) * _eye_like(P64)
+    C = gram(Pinv) if Pinv.ndim == 2 else Pinv.mT @ Pinv  # P^{-2} = (P^{-1})^T P^{-1}, symmetric
+    C.diagonal(dim1=-2, dim2=-1).sub_(float(shift))
     return C.to(P.dtype)
 
 
@@ -701,7 +855,7 @@ def whiten(X: Tensor, center: bool = False, kind: str = "zca", damping: float = 
     A = _symmetrize(C.to(work_dtype))
     if damping > 0:
         A = A + damping * _mean_trace(A) * _eye_like(A)
-    if not bool(torch.isfinite(A).all()):
+    if not all_finite(A):
         raise ValueError("whiten: X contains NaN or Inf")
     w, V = _eigh_with_retry(A, "whiten(kind='pca')")
     w, V = w.flip(-1), V.flip(-1)  # descending

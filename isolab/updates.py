@@ -187,9 +187,9 @@ def _whitened_samples(X: Tensor, damping: float, route: str) -> Tensor:
         # tr(X^T X / b) / n computed from the entries (no n x n matrix needed)
         lam = damping * (X * X).sum(dim=(-2, -1), keepdim=True) / (b * n)
     if route == "feature":
-        return X @ _inverse_root_absolute(covariance(X), 2.0, lam, "iso_update (feature route)")
+        return X @ _inverse_root_absolute(covariance(X), 2.0, lam, "iso_update (feature route)")[0]
     gram = X @ X.mT / b
-    return _inverse_root_absolute(gram, 2.0, lam, "iso_update (gram route)") @ X
+    return _inverse_root_absolute(gram, 2.0, lam, "iso_update (gram route)")[0] @ X
 
 
 def iso_update(X: Tensor, G: Tensor, damping: float = 0.0, route: str = "auto") -> Tensor:

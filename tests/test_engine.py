@@ -178,3 +178,24 @@ def test_progress_bar_prints_only_when_enabled():
     bar.update(5)
     bar.close()
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("name,hyper", [
+    ("muon", None), ("shampoo", dict(root_interval=3)), ("iso", dict(root_interval=3)),
+    ("iso", dict(root_interval=2, root_method="newton")), ("isoadam", dict(root_interval=3)),
+])
+def test_chunks_and_threads_do_not_change_results(name, hyper, monkeypatch):
+    # the matmul-heavy rules work on chunks of layers, and the roots of different chunks run
+    # on several threads: every matrix gets the same arithmetic, so the results are identical
+    from isolab.engine import rules_lanes
+
+    problem = DeepLinearRegression(n=8, depth=6, batch=16)
+    lrs = np.logspace(-3, -1, 5)
+    whole = sweep(problem, name, lrs, 10, hyper=hyper, dtype=torch.float64, num_threads=1)
+    monkeypatch.setattr(rules_lanes, "CHUNK_ENTRIES", 2 * len(lrs) * 64)  # 2 layers per chunk: 3 chunks
+    assert len(rules_lanes.layer_chunks(torch.zeros(6, len(lrs), 8, 8))) == 3
+    for threads in (1, 2):
+        s = sweep(problem, name, lrs, 10, hyper=hyper, dtype=torch.float64, num_threads=threads)
+        np.testing.assert_array_equal(s.loss, whole.loss)
+        np.testing.assert_array_equal(s.weight_norm, whole.weight_norm)
+        assert s.info["roots"] == whole.info["roots"]

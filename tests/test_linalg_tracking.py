@@ -1,4 +1,4 @@
-"""Tracking a drifting inverse square root (linalg.inverse_sqrt_track) and lean optimizer state."""
+"""Tracking a drifting inverse square root (inverse_sqrt_track, inverse_sqrt_in_basis) and lean optimizer state."""
 
 import io
 import math
@@ -87,6 +87,71 @@ def test_kept_when_nothing_changed_and_failed_on_bad_start():
         linalg.inverse_sqrt_track(C, P, 1e-3, max_residual=0.0)
 
 
+def test_probe_estimate_is_close_to_the_measured_residual():
+    seq = list(_drift(cond=10.0, steps=12))
+    P = linalg.inverse_sqrt(seq[9], 1e-3)
+    full = linalg.inverse_sqrt_track(seq[11], P, 1e-3, max_residual=1.0)
+    est = linalg.inverse_sqrt_track(seq[11], P, 1e-3, max_residual=1.0, probes=32)
+    assert full.status == est.status == "refined"
+    assert torch.equal(full.root, est.root)  # the same Newton step; only the measurement differs
+    assert abs(est.residual / full.residual - 1) <= 0.35  # Hutchinson, 32 probes: std <= 25% of r
+    again = linalg.inverse_sqrt_track(seq[11], P, 1e-3, max_residual=1.0, probes=32)
+    assert again.residual == est.residual  # fixed, seeded probes: deterministic
+    with pytest.raises(ValueError, match="probes"):
+        linalg.inverse_sqrt_track(seq[11], P, 1e-3, probes=0)
+
+
+def test_inverse_sqrt_eig_matches_inverse_sqrt_and_its_basis_diagonalizes():
+    C = list(_drift(cond=1e3, steps=5))[-1]
+    root, V = linalg.inverse_sqrt_eig(C, 1e-3)
+    assert torch.allclose(root, linalg.inverse_sqrt(C, 1e-3), rtol=0, atol=1e-12)
+    assert torch.allclose(V.mT @ V, torch.eye(C.shape[0], dtype=C.dtype), atol=1e-12)
+    D = V.mT @ C @ V
+    assert float((D - torch.diag(D.diagonal())).abs().max()) <= 1e-12 * float(D.abs().max())
+
+
+@pytest.mark.parametrize("cond", [10.0, 1e4])
+def test_in_basis_follows_drift_at_any_conditioning(cond):
+    """First-order update in an old eigenbasis: accurate where the Newton step fails (cond 1e4)."""
+    seq = list(_drift(cond=cond, steps=40))
+    _, V = linalg.inverse_sqrt_eig(seq[19], 1e-3)  # the basis of step 20, reused for 20 steps
+    # (the same drift at cond 1e4 defeats the Newton tracker: test_ill_conditioned_drift_...)
+    for k in range(20, 40):
+        C = seq[k]
+        out = linalg.inverse_sqrt_in_basis(C, V, 1e-3)
+        assert out.status == "refined"
+        exact = linalg.inverse_sqrt(C, 1e-3)
+        err = float(torch.linalg.matrix_norm(out.root - exact) / torch.linalg.matrix_norm(exact))
+        assert err <= 0.01
+        assert _residual(C, out.root, 1e-3) <= 0.05
+        assert torch.equal(out.root, out.root.mT)
+
+
+def test_in_basis_fails_cleanly():
+    seq = list(_drift(cond=10.0, steps=3))
+    _, V = linalg.inverse_sqrt_eig(seq[0], 1e-3)
+    far = seq[2] + 5 * torch.diag(torch.linspace(0, 1, seq[2].shape[0], dtype=torch.float64)) @ V.mT[:1].mT.expand(-1, seq[2].shape[0])
+    far = 0.5 * (far + far.mT)
+    far = far @ far  # a different, far-away PSD matrix
+    bad = linalg.inverse_sqrt_in_basis(far, V, 1e-3)
+    assert bad.root is None and bad.status == "failed"
+    singular = torch.zeros_like(seq[0])
+    assert linalg.inverse_sqrt_in_basis(singular, V, 0.0).status == "failed"  # a_i = 0 without damping
+    with pytest.raises(ValueError, match="basis"):
+        linalg.inverse_sqrt_in_basis(seq[0], V[:-1, :-1], 1e-3)
+
+
+def test_all_finite():
+    t = torch.ones(4, 4)
+    assert linalg.all_finite(t, t.double())
+    big = torch.full((4, 4), 3e38)  # finite entries whose sum overflows: still finite
+    assert linalg.all_finite(big)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        u = t.clone()
+        u[2, 3] = bad
+        assert not linalg.all_finite(t, u)
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 2e-3)])
 def test_covariance_from_inverse_sqrt(dtype, tol):
     C = list(_drift(cond=1e3, steps=3))[-1]
@@ -157,3 +222,12 @@ def test_lean_state_resumes_bitwise():
         o3.step()
     for p, q in zip(m1.parameters(), m3.parameters()):
         assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("n", [5, 128, 129, 300])
+def test_blocked_gram_equals_the_full_product(n):
+    a = torch.randn(70, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    g = linalg.gram(a)
+    torch.testing.assert_close(g, a.T @ a, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="2-D"):
+        linalg.gram(a.unsqueeze(0))

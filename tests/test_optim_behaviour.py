@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from isolab import linalg
 from isolab.optim import Iso, IsoAdam, Muon, Shampoo, SignSGD
 
 OPTIMIZERS = {
@@ -13,6 +14,7 @@ OPTIMIZERS = {
     "shampoo": lambda m: Shampoo(m, lr=0.02, adam_lr=1e-2),
     "iso": lambda m: Iso(m, lr=0.02, adam_lr=1e-2),
     "iso-newton": lambda m: Iso(m, lr=0.02, root_method="newton", root_interval=1, adam_lr=1e-2),
+    "iso-eigenbasis": lambda m: Iso(m, lr=0.02, root_method="eigenbasis", root_interval=1, adam_lr=1e-2),
     "isoadam": lambda m: IsoAdam(m, lr=1e-2),
 }
 
@@ -107,9 +109,10 @@ def test_statistics_only_computed_on_refresh_steps():
     assert opt.state[model[0].weight]["stat_step"] == 3
 
 
-def test_newton_roots_match_eigh_roots():
+@pytest.mark.parametrize("tracked", ["newton", "eigenbasis"])
+def test_tracked_roots_match_eigh_roots(tracked):
     models, opts = [], []
-    for method in ("eigh", "newton"):
+    for method in ("eigh", tracked):
         model, x, y = _problem("cpu", torch.float64)
         opt = Iso(model, root_method=method, root_interval=1, damping=1e-3, stats_dtype=torch.float64)
         for step in range(6):
@@ -119,7 +122,7 @@ def test_newton_roots_match_eigh_roots():
             if step == 0:
                 first = [p.detach().clone() for p in model.parameters()]
         models.append(first), opts.append((model, opt))
-    for p, q in zip(*models):  # first step: a full Newton solve, equal to eigh's root
+    for p, q in zip(*models):  # first step: a full Newton solve or eigh itself, equal to eigh's root
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-8)
     # later steps track the root: its whitening residual stays within the documented bound
     model, opt = opts[1]
@@ -129,7 +132,11 @@ def test_newton_roots_match_eigh_roots():
             C = st[cov] / (1 - 0.95 ** st["stat_step"])
             n = C.shape[0]
             A = C + 1e-3 * torch.trace(C) / n * torch.eye(n, dtype=C.dtype)
-            P = st[root]
+            if tracked == "newton":
+                P = st[root]
+            else:  # root_interval=1: the root is rebuilt from the kept eigenbasis every step
+                assert root not in st and st[root.replace("root_", "basis_")].shape == (n, n)
+                P = linalg.inverse_sqrt_in_basis(C, st[root.replace("root_", "basis_")], 1e-3).root
             res = torch.linalg.matrix_norm(torch.eye(n, dtype=C.dtype) - P @ A @ P) / n**0.5
             assert res <= 0.1
 

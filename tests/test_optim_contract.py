@@ -33,6 +33,8 @@ FACTORIES = {
     "shampoo": lambda m: Shampoo(m, lr=0.02, root_interval=3, adam_lr=1e-2),
     "iso": lambda m: Iso(m, lr=0.02, root_interval=3, adam_lr=1e-2),
     "iso-newton": lambda m: Iso(m, lr=0.02, root_interval=1, root_method="newton", damping=1e-2, adam_lr=1e-2),
+    "iso-eigenbasis": lambda m: Iso(m, lr=0.02, root_interval=1, root_method="eigenbasis", adam_lr=1e-2),
+    "isoadam-eigenbasis": lambda m: IsoAdam(m, lr=1e-2, root_interval=2, root_method="eigenbasis"),
     "isoadam": lambda m: IsoAdam(m, lr=1e-2, root_interval=2),
     "isoadam-stat3": lambda m: IsoAdam(m, lr=1e-2, stat_interval=3, root_interval=3, warmup_steps=1),
 }
@@ -309,11 +311,11 @@ def test_named_by_shape_and_group_without_model():
         opt.step()
 
 
-@pytest.mark.parametrize("method", ["eigh", "newton"])
+@pytest.mark.parametrize("method", ["eigh", "newton", "eigenbasis"])
 def test_rank_deficient_statistics_give_finite_updates(method):
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(32, 24), nn.Tanh(), nn.Linear(24, 16))
-    damping = 0.0 if method == "eigh" else 1e-3  # eigh: pseudo-inverse; Newton needs damping
+    damping = 1e-3 if method == "newton" else 0.0  # eigh (and the eigenbasis' fallback): pseudo-inverse
     opt = Iso(m, beta_cov=0.0, damping=damping, root_method=method, root_interval=1)
     x = torch.randn(4, 32)  # b = 4 < n = 32: Cov(X) has rank 4
     for _ in range(3):

@@ -2,7 +2,8 @@ r"""Many small inverse square roots per step, batched and reused across steps.
 
 Iso needs ``(C + lambda I)^{-1/2}`` of every layer's input and output-gradient covariance,
 for every lane of a sweep: ``2 x layers x lanes`` matrices of size ``n x n`` (2400 for the
-paper's Figure 4 setup).  Two ways, both one batched call for all of them:
+paper's Figure 4 setup).  Two ways, both batched (the lane rules call them on chunks of
+layers, :func:`isolab.engine.rules_lanes.layer_chunks`, spread over the torch threads):
 
 - ``method="eigh"``: :func:`isolab.linalg.symmetric_inverse_root` (exact, pseudo-inverse
   when undamped), what the optimizers do by default.
@@ -12,7 +13,9 @@ paper's Figure 4 setup).  Two ways, both one batched call for all of them:
   gets its own decision, as the optimizer makes it one layer at a time).  With
   ``A = sym(C) + lambda I`` and ``r = ||I - P A P||_F/sqrt(n)``: keep ``P`` if
   ``r <= tol`` (default 1e-3); else take one symmetric Newton step
-  ``P' = P + (P R + R P)/4`` and use it if its residual is at most ``min(r, 0.05)``;
+  ``P' = P + (P R + R P)/4`` and use it if its residual is at most ``min(r, 0.05)``
+  (estimated on :data:`TRACK_PROBES` fixed probe vectors against ``0.05/(1 + sqrt(2/k))``
+  when the optimizer does so, as it now does: the same decisions as the optimizer);
   else keep ``P`` if ``r <= 0.05`` ("stale"); else recompute (``fallback``: ``"eigh"``,
   ``"newton"`` = :func:`isolab.linalg.inverse_sqrt_newton` warm-started from ``P``, or
   ``"auto"`` = eigh on the CPU, Newton elsewhere, as :class:`isolab.optim.Iso` does).  A
@@ -31,11 +34,15 @@ import torch
 from torch import Tensor
 
 from .. import linalg
+from ..optim import iso as _iso
 
 __all__ = ["inverse_sqrt_batched", "whitening_residual", "TRACK_MAX_RESIDUAL"]
 
 #: Largest whitening residual accepted from a tracked root (as :mod:`isolab.optim.iso`).
 TRACK_MAX_RESIDUAL = 0.05
+#: Probe vectors with which :class:`isolab.optim.Iso` estimates a refined root's residual
+#: (``None``: measured exactly), read from the optimizer so that the two make the same decisions.
+TRACK_PROBES = getattr(_iso, "_TRACK_PROBES", None) if hasattr(linalg, "_probes") else None
 
 
 def _damped(C: Tensor, damping: float) -> Tensor:
@@ -92,11 +99,10 @@ def inverse_sqrt_batched(
     Cf = C.reshape(-1, n, n)
     P = previous.reshape(-1, n, n)
     A = _damped(Cf, damping)
-    eye = torch.eye(n, dtype=C.dtype, device=C.device)
 
-    def measure(X, A):
-        R = eye - X @ (A @ X)
-        R = 0.5 * (R + R.mT)
+    def measure(X, A):  # R = I - X A X and ||R||_F / sqrt(n), as isolab.linalg.inverse_sqrt_track
+        R = torch.matmul(X, A @ X).neg_()
+        R.diagonal(dim1=-2, dim2=-1).add_(1.0)
         return R, torch.linalg.matrix_norm(R) / math.sqrt(n)
 
     R, r0 = measure(P, A)
@@ -108,9 +114,17 @@ def inverse_sqrt_batched(
     if todo.numel():
         Pt, Rt, r0t = P[todo], R[todo], r0[todo]
         PR = Pt @ Rt
-        P1 = Pt + 0.25 * (PR + PR.mT)
-        _, r1 = measure(P1, A[todo])
-        refined = torch.isfinite(r1) & (r1 <= torch.clamp(r0t, max=max_res))
+        P1 = (PR + PR.mT).mul_(0.25).add_(Pt)  # P + (P R + R P)/4
+        k = TRACK_PROBES
+        if k is None:
+            _, r1 = measure(P1, A[todo])
+            bound = torch.clamp(r0t, max=max_res)
+        else:  # the optimizer's probe estimate of the refined root's residual, per matrix
+            V = linalg._probes(n, k, A.dtype, A.device)
+            RV = V - P1 @ (A[todo] @ (P1 @ V))
+            r1 = torch.sqrt(RV.square().sum(dim=(-2, -1)) / k / n)
+            bound = torch.clamp(r0t, max=max_res / (1 + math.sqrt(2 / k)))
+        refined = torch.isfinite(r1) & (r1 <= bound)
         stale = ~refined & (r0t <= max_res)
         out[todo] = torch.where(refined[:, None, None], P1, Pt)
         failed = todo[~(refined | stale)]

@@ -261,8 +261,11 @@ class RoutedOptimizer(Optimizer):
                     owners.append((p, gi))
         if not grads:
             return
+        total = torch.stack([g.sum(dtype=torch.float32).to(grads[0].device) for g in grads]).sum()
+        if math.isfinite(float(total)):  # one sync: a NaN or Inf anywhere makes the sum non-finite
+            return
         flags = torch.stack([torch.isfinite(g).all().to(grads[0].device) for g in grads])
-        if bool(flags.all()):
+        if bool(flags.all()):  # a finite gradient whose sum overflowed
             return
         bad = int((~flags).nonzero()[0, 0])
         p, gi = owners[bad]

@@ -21,7 +21,11 @@ captured inputs ``X_t ∈ R^{b×n}`` and output gradients ``G_t = ∂L/∂Y ∈ 
    (default ``1e-3``), else takes one symmetric Newton step, and returns a root only with a
    *measured* residual ``≤ max(root_tol, 0.05)``; otherwise the root is recomputed exactly:
    ``eigh`` on a CPU, the warm-started :func:`isolab.linalg.inverse_sqrt_newton` on an
-   accelerator). The tracking step is cheap (2–5 matmuls per side) and accurate for
+   accelerator); or by updating the root in the eigenbasis of the last ``eigh``
+   (``root_method="eigenbasis"``: :func:`isolab.linalg.inverse_sqrt_in_basis`, the exact
+   first-order perturbation, 4 matmuls, accurate at any conditioning; the basis is renewed
+   by :func:`isolab.linalg.inverse_sqrt_eig` when the probe-estimated residual exceeds
+   0.04). The tracking step is cheap (2–5 matmuls per side) and accurate for
    well-conditioned drift (measured: residual ≤ 0.009, relative error ≤ 0.4% against float64
    ``eigh`` at cond 10), but cannot follow drift that does not commute with ``Ĉ`` when
    ``cond(Ĉ + λI) ≳ 34``: there it falls back to the exact recompute, correct but not cheap.
@@ -47,10 +51,10 @@ With single-batch statistics (``β = 0``, ``μ = 0``, ``δ = 0``) Iso's step is
 What ``self.state[p]`` holds for a whitened weight: ``step``, ``stat_step``; ``cov_x``,
 ``cov_g`` when the average has memory (``β > 0``, ``stat_interval > 1`` or warm-up);
 ``root_x``, ``root_g`` when roots are reused across steps (``root_interval > 1`` or the
-Newton warm start); Iso's ``momentum_buffer`` (``μ > 0``); IsoAdam's ``exp_avg``,
-``exp_avg_sq``, ``adam_step``. **Lean state**: when statistics and roots are refreshed
-together (``stat_interval == root_interval > 1``, ``root_method="eigh"``, ``δ > 0``, no
-warm-up) only the roots are kept, with the shifts ``shift_x``, ``shift_g`` (floats,
+Newton warm start); ``basis_x``, ``basis_g`` with ``root_method="eigenbasis"``; Iso's
+``momentum_buffer`` (``μ > 0``); IsoAdam's ``exp_avg``, ``exp_avg_sq``, ``adam_step``.
+**Lean state**: when statistics and roots are refreshed together (``stat_interval ==
+root_interval > 1``, ``root_method="eigh"``, ``δ > 0``, no warm-up) only the roots are kept, with the shifts ``shift_x``, ``shift_g`` (floats,
 ``λ = δ·tr(Ĉ)/n``), and the average is rebuilt at the next refresh as
 ``C = (P^{-2} − λI)(1 − β^k)`` (:func:`isolab.linalg.covariance_from_inverse_sqrt`, float64);
 the roots are then computed with eigenvalues of ``Ĉ + λI`` clamped to ``≥ λ`` (not
@@ -58,6 +62,19 @@ dropped), so that ``P`` stays invertible. A whitened matrix then costs ``n² + m
 elements beyond Adam's. The rebuilt average differs from the stored one by about
 ``2·eps·cond(P)·‖Ĉ + λI‖`` (float32 roots: ≤ 2e-3 relative at cond 1e3 in the tests). Everything needed to continue is in the state, so a
 resumed run continues bitwise identically on CPU.
+
+**Several processes** (``torch.distributed`` data parallelism, e.g. DDP; options
+``sync_statistics``, ``process_group``, ``distribute_roots``). Each process captures ``X_r``,
+``G_r`` of its own rows. Every step the row counts are summed (``b = Σ_r b_r``, the divisor of
+the averaged gradient); on statistics steps ``Σ_r X_rᵀX_r`` and ``Σ_r G_rᵀG_r / W²`` are
+summed as upper triangles (``W`` processes; DDP's gradient is ``XᵀG`` of the stacked
+``G_r / W``), so the covariances are those of the global batch: with equal shares of a batch
+and a mean loss, a run on ``W`` processes equals the single-process run on the whole batch
+(tested to 1e-9 in float64). Every process checks the others' statistics (one small
+exchange) before anything else, so NaN statistics on one process raise the same
+``FloatingPointError`` on all of them, with nothing changed. On refresh steps each process
+computes the inverse roots (and, in the lean state, rebuilds the averages) of the layers it
+owns, and all are shared (:mod:`isolab.distributed`), so the replicas stay bitwise identical.
 """
 
 from __future__ import annotations
@@ -65,7 +82,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import linalg, updates
+from .. import distributed, linalg, updates
 from ._base import (
     RoutedOptimizer,
     adam_fallback_defaults,
@@ -86,13 +103,20 @@ from .statistics import LayerStatistics
 
 __all__ = ["Iso", "IsoAdam"]
 
-_ROOT_METHODS = ("eigh", "newton")
+_ROOT_METHODS = ("eigh", "newton", "eigenbasis")
 
 
 class _IsoBase(RoutedOptimizer):
-    stat_keys = ("cov_x", "cov_g", "root_x", "root_g")
+    stat_keys = ("cov_x", "cov_g", "root_x", "root_g", "basis_x", "basis_g")
 
-    def __init__(self, model, params, defaults, adam_defaults, *, embeddings, head, others, stats_dtype):
+    def __init__(
+        self, model, params, defaults, adam_defaults, *, embeddings, head, others, stats_dtype,
+        sync_statistics=None, process_group=None, distribute_roots=True,
+    ):
+        _check_sync_options(sync_statistics, process_group, distribute_roots)
+        self.sync_statistics = sync_statistics
+        self.process_group = process_group
+        self.distribute_roots = distribute_roots
         if not isinstance(model, nn.Module):
             raise TypeError(
                 f"{type(self).__name__} needs the model (an nn.Module) to hook its nn.Linear layers, "
@@ -198,12 +222,27 @@ class _IsoBase(RoutedOptimizer):
     @staticmethod
     def _persist(group):
         keep_cov = group["beta_cov"] > 0 or group["stat_interval"] > 1 or group["warmup_steps"] > 0
-        keep_root = group["root_interval"] > 1 or group["root_method"] == "newton"
+        keep_root = group["root_interval"] > 1 or group["root_method"] == "newton"  # the eigenbasis is always kept
         return keep_cov, keep_root
 
     def _root(self, C, group, previous, what, name):
+        """The damped inverse root of ``C`` by ``group["root_method"]``.
+
+        ``previous`` is the stored root (``"newton"``) or eigenbasis (``"eigenbasis"``).
+        Returns the root, or ``(root, basis)`` when ``"eigenbasis"`` had to renew its basis.
+        """
         try:
-            if group["root_method"] == "eigh" and self._lean(group) and _lean_shift(C, group["damping"]) is not None:
+            if group["root_method"] == "eigenbasis":
+                R = None
+                if previous is not None:
+                    R = linalg.inverse_sqrt_in_basis(
+                        C, previous, group["damping"], max_residual=_TRACK_MAX_RESIDUAL, probes=_TRACK_PROBES
+                    ).root
+                if R is None:  # first root, or the basis has drifted too far: renew it
+                    R, V = linalg.inverse_sqrt_eig(C, group["damping"])
+                    self._check_root(R, what, name)
+                    return R, V
+            elif group["root_method"] == "eigh" and self._lean(group) and _lean_shift(C, group["damping"]) is not None:
                 R = _damped_inverse_sqrt(C, group["damping"], what)
             elif group["root_method"] == "eigh":
                 R = linalg.symmetric_inverse_root(C, p=2, damping=group["damping"])
@@ -212,7 +251,8 @@ class _IsoBase(RoutedOptimizer):
                 if previous is not None:
                     tol = 1e-3 if group["root_tol"] is None else group["root_tol"]
                     R = linalg.inverse_sqrt_track(
-                        C, previous, group["damping"], tol=tol, max_residual=max(tol, _TRACK_MAX_RESIDUAL)
+                        C, previous, group["damping"], tol=tol, max_residual=max(tol, _TRACK_MAX_RESIDUAL),
+                        probes=_TRACK_PROBES,
                     ).root
                 if R is None:  # first root, or the tracked root failed its residual bound
                     if C.device.type == "cpu":  # eigh costs ~6 matmuls at n=1024 on a CPU core: cheapest exact
@@ -224,11 +264,14 @@ class _IsoBase(RoutedOptimizer):
                 f"{type(self).__name__}: cannot compute {what}^(-1/2) for {name}: {e}; "
                 "no parameter or optimizer state was changed"
             ) from e
-        if not bool(torch.isfinite(R).all()):
+        self._check_root(R, what, name)
+        return R
+
+    def _check_root(self, R, what, name):
+        if not linalg.all_finite(R):
             raise FloatingPointError(
                 f"{type(self).__name__}: non-finite {what}^(-1/2) for {name}; no parameter or optimizer state was changed"
             )
-        return R
 
     @staticmethod
     def _lean(group):
@@ -246,8 +289,173 @@ class _IsoBase(RoutedOptimizer):
             and group["warmup_steps"] == 0
         )
 
+    # -- several processes (torch.distributed) --------------------------------------------
+    def _exchange_statistics(self, groups, comm):
+        """Sum the captured statistics over the processes of ``comm``; ``{id(p): (XᵀX, GᵀG, b)}``.
+
+        Every step: one ``all_reduce`` of a small integer table, the row counts ``b_r`` of
+        every whitened layer (summed: ``b = Σ_r b_r``) and each rank's status of its local
+        statistics (collected? right shape? finite?), so that a problem on one rank becomes
+        the same error on every rank, before any other collective (no rank is left waiting).
+        On statistics steps: the upper triangles of ``X_rᵀX_r`` and ``G_rᵀG_r``, summed by
+        :func:`isolab.distributed.all_reduce_symmetric`. ``ΣG_rᵀG_r`` is divided by ``W²``
+        (``W`` processes): data parallelism averages ``weight.grad = (1/W) Σ_r X_rᵀG_r``,
+        i.e. the gradient is ``XᵀG`` of the stacked ``G_r/W``, and those are the output
+        gradients whose covariance we need. With equal per-rank batches and a mean loss this
+        is exactly the full batch's ``G``. Entries of non-statistics steps hold ``None``
+        for the sums.
+        """
+        import torch.distributed as dist
+
+        world, rank = dist.get_world_size(comm), dist.get_rank(comm)
+        stats = self.statistics
+        attached = stats is not None and stats.attached
+        items = []
+        for gi, group in groups:
+            if not group.get("whiten", True):
+                continue
+            for p in group["params"]:
+                if p.grad is not None:
+                    t = self.state[p].get("step", 0) + 1
+                    items.append((p, gi, self._layer_of[id(p)], (t - 1) % group["stat_interval"] == 0))
+        if not items:
+            return {}
+        device = items[0][0].device if dist.get_backend(comm) != "gloo" else torch.device("cpu")
+        # row 0: rows captured here; row 1 + r: status on rank r
+        # (0 ok, 1 not collected, 2 wrong shape, 3 NaN/Inf)
+        table = torch.zeros(world + 1, len(items), dtype=torch.int64)
+        local = []
+        for i, (p, gi, layer, due) in enumerate(items):
+            rows = stats.rows(layer) if attached else 0
+            table[0, i] = rows
+            if not due:
+                local.append(None)
+                continue
+            n, m = p.shape[1], p.shape[0]
+            s = stats.sums(layer) if attached else None
+            code, xx, gg = 0, None, None
+            if s is None:
+                code = 1 if rows > 0 else 0  # no rows at all: the check after the exchange names it
+            else:
+                xx, gg, _ = s
+                if xx.shape != (n, n) or gg.shape != (m, m):
+                    code = 2
+                elif not linalg.all_finite(xx, gg):
+                    code = 3
+            if code or xx is None:
+                xx = torch.zeros(n, n, dtype=self._stats_dtype, device=p.device)
+                gg = torch.zeros(m, m, dtype=self._stats_dtype, device=p.device)
+            table[1 + rank, i] = code
+            local.append((xx, gg))
+        table = table.to(device)
+        dist.all_reduce(table, group=comm)
+        table = table.cpu()
+        status = table[1:]
+        bad = (status != 0).any(0).nonzero()
+        if len(bad):
+            i = int(bad[0, 0])
+            p, gi, layer, _ = items[i]
+            ranks = status[:, i].nonzero()[:, 0].tolist()
+            code = int(status[:, i].max())
+            where = f"on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} (of {world})"
+            name, cls = self._name(p, gi), type(self).__name__
+            if code == 3:
+                raise FloatingPointError(
+                    f"{cls}: non-finite (NaN or Inf) input/output-gradient statistics for {name} (layer "
+                    f"{layer!r}) {where}; no parameter or optimizer state was changed on any rank"
+                )
+            if code == 2:
+                raise RuntimeError(f"{cls}: statistics of layer {layer!r} do not match {name} {where}")
+            raise RuntimeError(
+                f"{cls}: statistics for layer {layer!r} were not collected {where} "
+                "(LayerStatistics.enabled was switched off by hand?)"
+            )
+        due = [i for i, item in enumerate(items) if item[3]]
+        mats = [local[i][0] for i in due] + [local[i][1] for i in due]
+        reduced = distributed.all_reduce_symmetric(mats, comm) if mats else []
+        out = {id(p): (None, None, int(table[0, i])) for i, (p, _, _, _) in enumerate(items)}
+        for j, i in enumerate(due):
+            out[id(items[i][0])] = (reduced[j], reduced[len(due) + j] / world**2, int(table[0, i]))
+        return out
+
+    def _rebuild_on_owners(self, groups, comm):
+        """Lean state: rebuild the stored averages ``P^{-2} − λI`` (float64 Cholesky, ``~2n³``)
+        on their owners only and share them; ``{id(p): (C_X, C_G)}`` for the weights whose
+        statistics are refreshed this step. Without this, every process would rebuild every
+        layer's average, which costs about as much as the roots themselves."""
+        targets = []
+        for gi, group in groups:
+            if not group.get("whiten", True) or group["beta_cov"] == 0:
+                continue
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                t = st.get("step", 0) + 1
+                if (t - 1) % group["stat_interval"] or "cov_x" in st or "shift_x" not in st:
+                    continue
+                targets.append((p, gi, st))
+        if not targets:  # the same on every rank (identical states)
+            return {}
+        jobs, sizes = [], []
+        for p, _, st in targets:
+            for key, shift in (("root_x", "shift_x"), ("root_g", "shift_g")):
+                jobs.append(lambda R=st[key], lam=st[shift]: linalg.covariance_from_inverse_sqrt(R, lam))
+                sizes.append(st[key].shape[0])
+        covs, failures = distributed.compute_on_owners(
+            jobs, sizes, comm, dtype=self._stats_dtype, device=targets[0][2]["root_x"].device
+        )
+        if failures:
+            i, owner, err = failures[0]
+            p, gi, _ = targets[i // 2]
+            raise FloatingPointError(
+                f"{type(self).__name__}: cannot rebuild the statistics of {self._name(p, gi)} from its stored "
+                f"roots (on rank {owner}); no parameter or optimizer state was changed on any rank"
+            ) from err
+        return {id(p): (covs[2 * j], covs[2 * j + 1]) for j, (p, _, _) in enumerate(targets)}
+
+    def _compute_roots(self, jobs, comm):
+        """Compute the inverse roots of ``jobs`` and store them in their ``new`` dicts.
+
+        Without communication (or ``distribute_roots=False``) every process computes every
+        root. Otherwise each process computes the roots it owns
+        (:func:`isolab.distributed.assign_owners`, balanced by ``n³``) and all are shared
+        (:func:`isolab.distributed.compute_on_owners`); a failure on its owner becomes the
+        same ``FloatingPointError`` on every process.
+        """
+
+        def run(job):
+            new, key, C, corr, group, previous, what, name = job
+            R = self._root(C / corr, group, previous, what, name)
+            if isinstance(R, tuple):  # a renewed eigenbasis: kept by the process that computed it
+                R, new[key.replace("root_", "basis_")] = R
+            return R
+
+        if comm is None or not self.distribute_roots:
+            for job in jobs:
+                job[0][job[1]] = run(job)
+            return
+        if not jobs:  # the same on every rank: the state and the steps are identical
+            return
+        sizes = [job[2].shape[0] for job in jobs]
+        roots, failures = distributed.compute_on_owners(
+            [lambda job=job: run(job) for job in jobs], sizes, comm, dtype=self._stats_dtype, device=jobs[0][2].device
+        )
+        if failures:
+            i, owner, err = failures[0]
+            _, _, _, _, _, _, what, name = jobs[i]
+            raise FloatingPointError(
+                f"{type(self).__name__}: cannot compute {what}^(-1/2) for {name} (computed by rank {owner}); "
+                "no parameter or optimizer state was changed on any rank"
+            ) from err
+        for job, R in zip(jobs, roots):
+            job[0][job[1]] = R
+
     def _prepare_matrix_groups(self, groups):
-        plans = []
+        plans, root_jobs = [], []
+        comm = distributed.active_group(self.sync_statistics, self.process_group, type(self).__name__)
+        synced = self._exchange_statistics(groups, comm) if comm is not None else None
+        rebuilt = self._rebuild_on_owners(groups, comm) if comm is not None and self.distribute_roots else None
         for gi, group in groups:
             whiten = group.get("whiten", True)
             for p in group["params"]:
@@ -262,7 +470,10 @@ class _IsoBase(RoutedOptimizer):
                 name = self._name(p, gi)
                 layer = self._layer_of[id(p)]
                 stats = self.statistics
-                rows = stats.rows(layer) if stats is not None and stats.attached else 0
+                if synced is not None:  # summed over the processes
+                    rows = synced[id(p)][2]
+                else:
+                    rows = stats.rows(layer) if stats is not None and stats.attached else 0
                 if rows == 0:
                     raise RuntimeError(
                         f"{type(self).__name__}: {name} has a gradient but no input/output-gradient rows were "
@@ -272,7 +483,7 @@ class _IsoBase(RoutedOptimizer):
                     )
                 beta = group["beta_cov"]
                 if (t - 1) % group["stat_interval"] == 0:
-                    s = stats.sums(layer)
+                    s = synced[id(p)] if synced is not None else stats.sums(layer)
                     if s is None:
                         raise RuntimeError(
                             f"{type(self).__name__}: statistics for layer {layer!r} were not collected "
@@ -282,7 +493,7 @@ class _IsoBase(RoutedOptimizer):
                     n, m = p.shape[1], p.shape[0]
                     if xx.shape != (n, n) or gg.shape != (m, m):
                         raise RuntimeError(f"statistics of layer {layer!r} do not match {name}")
-                    if not bool(torch.isfinite(xx).all() & torch.isfinite(gg).all()):
+                    if not linalg.all_finite(xx, gg):
                         raise FloatingPointError(
                             f"{type(self).__name__}: non-finite (NaN or Inf) input/output-gradient statistics "
                             f"for {name} (layer {layer!r}); no parameter or optimizer state was changed"
@@ -294,8 +505,11 @@ class _IsoBase(RoutedOptimizer):
                     elif beta > 0 and "shift_x" in st:  # lean state: rebuild the EMA from the roots
                         corr_old = 1 - beta ** st["stat_step"]
                         try:
-                            old_x = linalg.covariance_from_inverse_sqrt(st["root_x"], st["shift_x"]) * corr_old
-                            old_g = linalg.covariance_from_inverse_sqrt(st["root_g"], st["shift_g"]) * corr_old
+                            if rebuilt is not None:  # rebuilt by their owners and shared
+                                old_x, old_g = (c * corr_old for c in rebuilt[id(p)])
+                            else:
+                                old_x = linalg.covariance_from_inverse_sqrt(st["root_x"], st["shift_x"]) * corr_old
+                                old_g = linalg.covariance_from_inverse_sqrt(st["root_g"], st["shift_g"]) * corr_old
                         except ValueError as e:
                             raise FloatingPointError(
                                 f"{type(self).__name__}: cannot rebuild the statistics of {name} from its "
@@ -313,13 +527,15 @@ class _IsoBase(RoutedOptimizer):
                         raise RuntimeError(f"{type(self).__name__}: no statistics yet for {name}")
                     k = new.get("stat_step", st.get("stat_step"))
                     corr = 1 - beta**k
-                    new["root_x"] = self._root(cx / corr, group, st.get("root_x"), "Cov(X)", name)
-                    new["root_g"] = self._root(cg / corr, group, st.get("root_g"), "Cov(G)", name)
+                    prev = "basis" if group["root_method"] == "eigenbasis" else "root"
+                    root_jobs.append((new, "root_x", cx, corr, group, st.get(f"{prev}_x"), "Cov(X)", name))
+                    root_jobs.append((new, "root_g", cg, corr, group, st.get(f"{prev}_g"), "Cov(G)", name))
                     if self._lean(group):
                         shifts = [_lean_shift(c / corr, group["damping"]) for c in (cx, cg)]
                         if None not in shifts:  # both roots positive definite: store only them
                             new["shift_x"], new["shift_g"] = shifts
                 plans.append((group, p, new, rows, warm))
+        self._compute_roots(root_jobs, comm)
 
         def apply():
             for group, p, new, rows, warm in plans:
@@ -350,6 +566,8 @@ class _IsoBase(RoutedOptimizer):
 #: Largest whitening residual ``‖I − P Ĉ P‖_F/√n`` accepted from a tracked root
 #: (:func:`isolab.linalg.inverse_sqrt_track`); above it the root is recomputed exactly.
 _TRACK_MAX_RESIDUAL = 0.05
+#: Probe vectors that estimate a refined root's residual (3 matmuls per refresh instead of 5).
+_TRACK_PROBES = 32
 
 
 def _lean_shift(C, damping):
@@ -367,7 +585,7 @@ def _damped_inverse_sqrt(C, damping, what):
     clamping to ``λ`` is the damped value in those directions. The root is positive
     definite with ``‖P‖₂ ≤ λ^{-1/2}``, and ``C = P^{-2} − λI`` can be rebuilt.
     """
-    if not bool(torch.isfinite(C).all()):
+    if not linalg.all_finite(C):
         raise ValueError(f"{what}: the matrix contains NaN or Inf")
     work = torch.float32 if C.dtype in (torch.float16, torch.bfloat16) else C.dtype
     A = C.to(work)
@@ -378,6 +596,13 @@ def _damped_inverse_sqrt(C, damping, what):
     lam = lam.to(w.dtype)
     scale = torch.maximum(w, lam).rsqrt()
     return ((V * scale.unsqueeze(-2)) @ V.mT).to(C.dtype)
+
+
+def _check_sync_options(sync_statistics, process_group, distribute_roots):
+    if sync_statistics is not None and not isinstance(sync_statistics, bool):
+        raise ValueError(f"sync_statistics must be None, True or False, got {sync_statistics!r}")
+    distributed.check_process_group(process_group)
+    check_bool(distribute_roots, "distribute_roots")
 
 
 class Iso(_IsoBase):
@@ -415,12 +640,30 @@ class Iso(_IsoBase):
         root_method: ``"eigh"`` (exact, pseudo-inverse) or ``"newton"`` (matmul-only:
             the previous root is kept while its whitening residual
             ``‖I − P Ĉ P‖_F/√n`` is at most ``root_tol`` (default ``1e-3``), refined by
-            one Newton step while the residual is at most 0.1, and recomputed by
-            :func:`isolab.linalg.inverse_sqrt_newton` otherwise; this makes refreshing
-            every step cheap when the statistics change slowly).
+            one Newton step (accepted at a probe-estimated residual of at most 0.04), and
+            recomputed otherwise (``eigh`` on a CPU, :func:`isolab.linalg.inverse_sqrt_newton`
+            on an accelerator); cheap when the statistics change slowly and are well
+            conditioned) or ``"eigenbasis"`` (``eigh`` once, then first-order updates in its
+            eigenbasis, 4 matmuls, at any conditioning, until the residual exceeds 0.04;
+            the cheapest way to refresh every step on a CPU).
+            With ``distribute_roots`` the eigenbasis stays on the process that owns the layer.
         warmup_steps: steps that only collect statistics.
         weight_decay: decoupled weight decay ``λ >= 0``.
         stats_dtype: ``torch.float32`` or ``torch.float64`` for statistics and roots.
+        sync_statistics: under ``torch.distributed`` data parallelism (DDP), sum the
+            captured statistics over the processes so that every replica whitens with the
+            covariances of the *global* batch, ``Σ_r X_rᵀX_r / Σ_r b_r`` (the full batch's).
+            ``None`` (default): on iff ``torch.distributed`` is initialized and the group has
+            more than one process; ``True`` also with one process; ``False``: each process
+            keeps its own statistics (replicas then drift apart). ``XᵀX`` and ``GᵀG`` travel
+            only on statistics steps (every ``stat_interval`` steps: the communication is
+            amortized), as upper triangles in buckets; the row counts travel every step
+            (a few integers per layer), since the gradient is divided by the global ``b``.
+            Assumes the gradients were averaged over the same group (DDP's default).
+        process_group: the ``torch.distributed`` group (``None``: the default group).
+        distribute_roots: when syncing, each process computes the inverse roots of the layers
+            it owns (balanced by ``n³``) on root-refresh steps and shares them (one
+            ``all_gather``), instead of every process computing all of them.
     """
 
     algorithm = "iso"
@@ -449,6 +692,9 @@ class Iso(_IsoBase):
         embeddings=None,
         head=None,
         others: str = "raise",
+        sync_statistics: bool | None = None,
+        process_group=None,
+        distribute_roots: bool = True,
     ):
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, beta_cov=beta_cov, damping=damping,
@@ -456,7 +702,10 @@ class Iso(_IsoBase):
             root_tol=root_tol, warmup_steps=warmup_steps, weight_decay=weight_decay,
         )
         adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
-        super().__init__(model, params, defaults, adam, embeddings=embeddings, head=head, others=others, stats_dtype=stats_dtype)
+        super().__init__(
+            model, params, defaults, adam, embeddings=embeddings, head=head, others=others, stats_dtype=stats_dtype,
+            sync_statistics=sync_statistics, process_group=process_group, distribute_roots=distribute_roots,
+        )
 
     def _validate_matrix_group(self, group, gi):
         self._validate_common(group, gi)
@@ -505,6 +754,8 @@ class IsoAdam(_IsoBase):
         beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps, stats_dtype:
             as in :class:`Iso`.
         whiten: whiten the gradient (default True); False gives plain Adam.
+        sync_statistics, process_group, distribute_roots: several processes
+            (``torch.distributed``), as in :class:`Iso`.
     """
 
     algorithm = "isoadam"
@@ -534,6 +785,9 @@ class IsoAdam(_IsoBase):
         embeddings=None,
         head=None,
         others: str = "raise",
+        sync_statistics: bool | None = None,
+        process_group=None,
+        distribute_roots: bool = True,
     ):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, beta_cov=beta_cov, damping=damping,
@@ -546,7 +800,10 @@ class IsoAdam(_IsoBase):
             eps if adam_eps is None else adam_eps,
             weight_decay if adam_weight_decay is None else adam_weight_decay,
         )
-        super().__init__(model, params, defaults, adam, embeddings=embeddings, head=head, others=others, stats_dtype=stats_dtype)
+        super().__init__(
+            model, params, defaults, adam, embeddings=embeddings, head=head, others=others, stats_dtype=stats_dtype,
+            sync_statistics=sync_statistics, process_group=process_group, distribute_roots=distribute_roots,
+        )
 
     def _validate_matrix_group(self, group, gi):
         self._validate_common(group, gi)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import linalg, rules, updates
+from .. import distributed, linalg, rules, updates
 from ._base import (
     adam_fallback_defaults,
     RoutedOptimizer,
+    check_bool,
     check_dtype,
     check_float,
     check_lr,
@@ -45,6 +46,16 @@ class Shampoo(RoutedOptimizer):
         damping: relative damping ``δ >= 0``.
         root_interval: recompute the inverse roots every this many steps.
         weight_decay: decoupled weight decay ``>= 0``.
+        sync_statistics, process_group, distribute_roots: several processes
+            (``torch.distributed`` data parallelism, e.g. DDP). Shampoo's statistics
+            ``L``, ``R`` are built from the gradient, which DDP has already averaged and which
+            is therefore identical on every process: there is nothing to average, and the
+            replicas stay identical without communication. What can be shared is the work:
+            with ``distribute_roots=True`` (default) and syncing on (``sync_statistics=None``:
+            iff ``torch.distributed`` is initialized with more than one process in
+            ``process_group``; ``True`` also with one; ``False``: never), each process computes
+            the inverse roots it owns (:func:`isolab.distributed.assign_owners`, balanced by
+            ``d³``) on refresh steps and all are shared by one ``all_gather`` (upper triangles).
     """
 
     algorithm = "shampoo"
@@ -67,7 +78,15 @@ class Shampoo(RoutedOptimizer):
         embeddings=None,
         head=None,
         others: str = "raise",
+        sync_statistics: bool | None = None,
+        process_group=None,
+        distribute_roots: bool = True,
     ):
+        if sync_statistics is not None and not isinstance(sync_statistics, bool):
+            raise ValueError(f"sync_statistics must be None, True or False, got {sync_statistics!r}")
+        self.sync_statistics = sync_statistics
+        self.process_group = distributed.check_process_group(process_group)
+        self.distribute_roots = check_bool(distribute_roots, "distribute_roots")
         defaults = dict(
             lr=lr, beta=beta, damping=damping, root_interval=root_interval,
             weight_decay=weight_decay, stats_dtype=stats_dtype,
@@ -83,8 +102,43 @@ class Shampoo(RoutedOptimizer):
         check_nonneg(group["weight_decay"], "weight_decay")
         check_dtype(group["stats_dtype"])
 
+    @staticmethod
+    def _inverse_fourth_root(M, damping, key, name):
+        try:
+            root = linalg.symmetric_inverse_root(M, p=4, damping=damping)
+        except ValueError as e:
+            raise FloatingPointError(
+                f"Shampoo: cannot compute the inverse roots for {name}: {e}; "
+                "no parameter or optimizer state was changed"
+            ) from e
+        if not bool(torch.isfinite(root).all()):
+            raise FloatingPointError(f"Shampoo: non-finite {key} for {name}; no parameter or optimizer state was changed")
+        return root
+
+    def _compute_roots(self, jobs, comm):
+        """Fill ``new[key]`` for each job ``(new, key, M, damping, name)``: all here, or each
+        process the ones it owns, then shared over ``comm`` (see the class docstring)."""
+        if comm is None or not self.distribute_roots or not jobs:
+            for new, key, M, damping, name in jobs:
+                new[key] = self._inverse_fourth_root(M, damping, key, name)
+            return
+        dtype = torch.float64 if any(job[2].dtype == torch.float64 for job in jobs) else torch.float32
+        roots, failures = distributed.compute_on_owners(
+            [lambda job=job: self._inverse_fourth_root(job[2], job[3], job[1], job[4]) for job in jobs],
+            [job[2].shape[0] for job in jobs], comm, dtype=dtype, device=jobs[0][2].device,
+        )
+        if failures:
+            i, owner, err = failures[0]
+            raise FloatingPointError(
+                f"Shampoo: cannot compute {jobs[i][1]} for {jobs[i][4]} (computed by rank {owner}); "
+                "no parameter or optimizer state was changed on any rank"
+            ) from err
+        for (new, key, M, _, _), R in zip(jobs, roots):
+            new[key] = R.to(M.dtype)
+
     def _prepare_matrix_groups(self, groups):
-        plans = []
+        plans, jobs = [], []
+        comm = distributed.active_group(self.sync_statistics, self.process_group, "Shampoo")
         for gi, group in groups:
             beta, dtype = group["beta"], group["stats_dtype"]
             for p in group["params"]:
@@ -98,20 +152,10 @@ class Shampoo(RoutedOptimizer):
                 new = {"step": t, "L": L, "R": R}
                 if "L_root" not in st or rules.refresh_due(t, group["root_interval"]):
                     name = self._name(p, gi)
-                    try:
-                        new["L_root"] = linalg.symmetric_inverse_root(L, p=4, damping=group["damping"])
-                        new["R_root"] = linalg.symmetric_inverse_root(R, p=4, damping=group["damping"])
-                    except ValueError as e:
-                        raise FloatingPointError(
-                            f"Shampoo: cannot compute the inverse roots for {name}: {e}; "
-                            "no parameter or optimizer state was changed"
-                        ) from e
-                    for k in ("L_root", "R_root"):
-                        if not bool(torch.isfinite(new[k]).all()):
-                            raise FloatingPointError(
-                                f"Shampoo: non-finite {k} for {name}; no parameter or optimizer state was changed"
-                            )
+                    jobs.append((new, "L_root", L, group["damping"], name))
+                    jobs.append((new, "R_root", R, group["damping"], name))
                 plans.append((group, p, g, new))
+        self._compute_roots(jobs, comm)
 
         def apply():
             for group, p, g, new in plans:

@@ -50,6 +50,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from .. import linalg
+
 __all__ = ["LayerStatistics"]
 
 
@@ -156,8 +158,8 @@ class LayerStatistics:
             return
         xf = x2.to(self.dtype)
         gf = g2.to(self.dtype)
-        xx = xf.T @ xf
-        gg = gf.T @ gf
+        xx = linalg.gram(xf)
+        gg = linalg.gram(gf)
         if cap.xx is None:
             cap.xx, cap.gg = xx, gg
         else:

@@ -1,0 +1,263 @@
+"""isolab.scaling: flop counts against torch's counter, the cost model against real
+optimizer steps, the precision helpers against exact roots, data-parallel replicas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from isolab import distributed, linalg, scaling, updates
+from isolab.optim import IsoAdam
+from isolab.optim.statistics import LayerStatistics
+from isolab.seeding import generator
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+# ----------------------------------------------------------------------------- counting
+def test_count_flops_matmul_is_two_flops_per_multiply_add():
+    a, b = torch.randn(7, 5), torch.randn(5, 3)
+    c = scaling.count_flops(torch.mm, a, b)
+    assert torch.equal(c.result, a @ b)
+    assert c.total == 2 * 7 * 5 * 3
+    assert c.by_op == {"mm": 2 * 7 * 5 * 3}
+
+
+def test_count_flops_charges_textbook_counts_for_factorizations():
+    n = 12
+    A = torch.randn(n, n, dtype=torch.float64)
+    C = A @ A.T + n * torch.eye(n, dtype=torch.float64)
+    assert scaling.count_flops(torch.linalg.eigh, C).by_op == {"_linalg_eigh": round(scaling.EIGH_FLOPS * n**3)}
+    batched = scaling.count_flops(torch.linalg.eigh, C.expand(3, n, n)).total
+    assert batched == 3 * round(scaling.EIGH_FLOPS * n**3)
+    L = torch.linalg.cholesky(C)
+    assert scaling.count_flops(torch.linalg.cholesky_ex, C).total == round(n**3 / 3)
+    assert scaling.count_flops(torch.cholesky_inverse, L).total == round(2 * n**3 / 3)
+
+
+@pytest.mark.parametrize("n,m,b", [(6, 10, 9), (16, 16, 32), (20, 4, 3)])
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_layer_flops_match_autograd_and_the_statistics_hooks(n, m, b, input_grad):
+    torch.manual_seed(0)
+    layer = nn.Linear(n, m, bias=False)
+    x = torch.randn(b, n, requires_grad=input_grad)
+
+    def fwd_bwd():
+        layer(x).square().sum().backward()
+
+    model = scaling.layer_flops(n, m, b, input_grad=input_grad)
+    plain = scaling.count_flops(fwd_bwd).total
+    assert plain == model["forward_backward"] == model["forward"] + model["backward"]
+    with LayerStatistics(layer):
+        hooked = scaling.count_flops(fwd_bwd).total
+    assert hooked - plain == model["statistics"] == 2 * b * (n * n + m * m)
+    if input_grad and n == m:
+        assert model["statistics"] * 3 == model["forward_backward"] * 2  # the 2/3 of a square hidden layer
+
+
+def test_measure_statistics_counts_and_times_one_layer():
+    r = scaling.measure_statistics(12, 20, 7)
+    model = scaling.layer_flops(12, 20, 7)
+    assert r == {"forward_backward": model["forward_backward"], "statistics": model["statistics"]}
+    first = scaling.measure_statistics(16, 16, 5, input_grad=False, repeats=2)
+    assert first["statistics"] == first["forward_backward"]  # 4bn² against 4bn²: ratio 1
+    assert first["forward_backward_s"] > 0 and set(first) >= {"statistics_s"}
+
+
+def test_gram_flops_follow_the_statistics_hooks_on_a_cpu():
+    for n, m, b in [(100, 40, 6), (129, 300, 5), (256, 256, 3)]:
+        layer = nn.Linear(n, m, bias=False)
+        x = torch.randn(b, n, requires_grad=True)
+        with LayerStatistics(layer):
+            hooked = scaling.count_flops(lambda: layer(x).sum().backward()).total
+        plain = scaling.count_flops(lambda: layer(x).sum().backward()).total
+        expected = scaling.gram_flops(b, n, scaling.GRAM_BLOCK) + scaling.gram_flops(b, m, scaling.GRAM_BLOCK)
+        assert hooked - plain == expected
+        assert scaling.layer_flops(n, m, b, gram_block=scaling.GRAM_BLOCK)["statistics"] == expected
+
+
+def test_gram_flops_block_formula():
+    assert scaling.gram_flops(7, 300) == 2 * 7 * 300**2
+    assert scaling.gram_flops(7, 128, 64) == 2 * 7 * 128**2  # n <= 2B: one product
+    assert scaling.gram_flops(5, 1024, 64) == 5 * 1024 * (1024 + 64)  # B divides n
+    # brute force: one product per block row, A[:, i:i+B]ᵀ A[:, i:]
+    n, B = 200, 64
+    assert scaling.gram_flops(3, n, B) == sum(2 * 3 * len(range(i, min(i + B, n))) * (n - i) for i in range(0, n, B))
+
+
+@pytest.mark.parametrize("n,m", [(9, 5), (6, 6)])
+def test_root_apply_and_rebuild_costs_match_the_library_calls(n, m):
+    gen = generator(0)
+    grad = torch.randn(m, n, generator=gen, dtype=torch.float64)
+    Cx = scaling.rotated_gaussian(4 * n, n, 10.0, generator=gen)
+    Cx = Cx.T @ Cx / (4 * n)
+    Cg = scaling.rotated_gaussian(4 * m, m, 10.0, generator=gen)
+    Cg = Cg.T @ Cg / (4 * m)
+    model = scaling.layer_flops(n, m, 1)
+    Px, Pg = linalg.inverse_sqrt(Cx), linalg.inverse_sqrt(Cg)
+    assert scaling.count_flops(updates.two_sided, grad, Pg, Px).total == model["apply"] == 2 * n * m * (n + m)
+    roots = scaling.count_flops(linalg.inverse_sqrt, Cx).total + scaling.count_flops(linalg.inverse_sqrt, Cg).total
+    assert roots == pytest.approx(model["roots_eigh"], abs=2)
+    k = 7  # fixed-step Newton: 3 products per iteration, plus the final residual Z·Y
+    newton = sum(scaling.count_flops(linalg.inverse_sqrt_newton, C, 1e-3, k).total for C in (Cx, Cg))
+    assert newton == k * model["newton_iteration"] + 2 * (n**3 + m**3)
+    rebuild = sum(scaling.count_flops(linalg.covariance_from_inverse_sqrt, P, 0.1).total for P in (Px, Pg))
+    assert rebuild == pytest.approx(model["lean_rebuild"], abs=4)
+
+
+def test_iso_step_flops_amortizes_and_counts_communication():
+    n, m, b = 32, 48, 100
+    c = scaling.layer_flops(n, m, b)
+    every = scaling.iso_step_flops(n, m, b)
+    assert every["statistics"] == c["statistics"] and every["roots"] == c["roots_eigh"]
+    assert every["optimizer"] == c["statistics"] + c["roots_eigh"] + c["apply"]
+    assert every["gradient_elements"] == 0 and every["statistics_elements"] == 0  # one process
+    k = scaling.iso_step_flops(n, m, b, 4, 10, lean=True, world_size=8)
+    assert k["statistics"] == c["statistics"] / 4
+    assert k["roots"] == (c["roots_eigh"] + c["lean_rebuild"]) / 10
+    assert k["apply"] == c["apply"]
+    assert k["gradient_elements"] == n * m
+    assert k["statistics_elements"] == (n * (n + 1) + m * (m + 1)) / 2 / 4
+    assert k["roots_elements"] == (n * (n + 1) + m * (m + 1)) / 2 / 10
+    newton = scaling.iso_step_flops(n, m, b, root_method="newton", newton_iterations=12)
+    assert newton["roots"] == 12 * 6 * (n**3 + m**3)
+    with pytest.raises(ValueError):
+        scaling.iso_step_flops(n, m, b, 0)
+    with pytest.raises(ValueError):
+        scaling.iso_step_flops(n, m, b, root_method="svd")
+
+
+@pytest.mark.parametrize("shape", [(12, 12), (8, 20), (20, 8)])
+def test_muon_flops_match_newton_schulz(shape):
+    M = torch.randn(*shape)
+    assert scaling.count_flops(linalg.msign_newton_schulz, M).total == scaling.muon_flops(*shape)
+    assert scaling.muon_flops(10, 10) == 30 * 10**3
+
+
+# ---------------------------------------------------------------------- amortization
+def test_train_mlp_counts_what_the_cost_model_predicts_and_lean_state_memory():
+    width, depth, batch = 16, 3, 40
+    shapes = [(width, width, False), (width, width, True), (width, 16, True)]
+    for ks, kr in ((1, 1), (3, 3), (1, 3)):
+        r = scaling.train_mlp(stat_interval=ks, root_interval=kr, steps=4, batch=batch, width=width, depth=depth)
+        lean = ks == kr > 1
+        model = sum(scaling.iso_step_flops(n, m, batch, ks, kr, lean=lean, input_grad=g, gram_block=scaling.GRAM_BLOCK)["optimizer"]
+                    for n, m, g in shapes)
+        fb = sum(scaling.layer_flops(n, m, batch, input_grad=g)["forward_backward"] for n, m, g in shapes)
+        assert r["optimizer_flops"] == pytest.approx(model, rel=1e-12)
+        assert r["forward_backward_flops"] == fb
+        params = sum(n * m for n, m, _ in shapes)
+        side = sum(n * n + m * m for n, m, _ in shapes)
+        # Adam's two moments, plus: the covariances (roots every step: nothing to keep), the
+        # roots only (lean state), or both (statistics every step, roots every 3)
+        assert r["state_elements"] == 2 * params + (2 * side if (ks, kr) == (1, 3) else side)
+        assert len(r["loss"]) == 4 and all(math.isfinite(v) for v in r["loss"])
+    adam = scaling.train_mlp("adam", steps=4, batch=batch, width=width, depth=depth)
+    assert adam["optimizer_flops"] == 0  # elementwise work is not counted
+    with pytest.raises(ValueError):
+        scaling.train_mlp("sgd", steps=1)
+
+
+def test_train_mlp_is_reproducible_and_the_intervals_change_the_run():
+    a = scaling.train_mlp(stat_interval=1, root_interval=1, steps=8, batch=32, width=16)
+    b = scaling.train_mlp(stat_interval=1, root_interval=1, steps=8, batch=32, width=16)
+    c = scaling.train_mlp(stat_interval=4, root_interval=4, steps=8, batch=32, width=16)
+    assert a["loss"] == b["loss"] and a["eval_loss"] == b["eval_loss"]
+    assert a["loss"][0] == c["loss"][0]  # same weights, same first batch
+    assert a["loss"][-1] != c["loss"][-1]
+
+
+def test_state_elements_counts_tensors_only():
+    p = nn.Parameter(torch.zeros(3, 4))
+    opt = torch.optim.Adam([p])
+    p.grad = torch.ones(3, 4)
+    opt.step()
+    assert scaling.state_elements(opt) == 2 * 12 + 1  # exp_avg, exp_avg_sq, step (a 0-d tensor)
+
+
+# ------------------------------------------------------------------------- precision
+def test_rotated_gaussian_has_the_requested_covariance():
+    gen = generator(3)
+    X = scaling.rotated_gaussian(200_000, 6, 50.0, generator=gen)
+    w = torch.linalg.eigvalsh(X.T @ X / X.shape[0])
+    from isolab.features import spectrum
+
+    assert torch.allclose(w, spectrum(6, 50.0).flip(0), rtol=0.05)
+    assert X.dtype == torch.float64
+    assert scaling.rotated_gaussian(4, 3, generator=generator(0), dtype=torch.float32).dtype == torch.float32
+    # rotated: the covariance is far from diagonal
+    C = X.T @ X / X.shape[0]
+    assert (C - torch.diag(torch.diagonal(C))).abs().max() > 0.3
+
+
+def test_whitening_residual_is_zero_for_the_exact_root_and_measures_scale_errors():
+    gen = generator(4)
+    X = scaling.rotated_gaussian(64, 8, 100.0, generator=gen)
+    C = X.T @ X / 64
+    assert scaling.whitening_residual(linalg.inverse_sqrt(C), C) < 1e-10
+    assert scaling.whitening_residual(linalg.inverse_sqrt(C, damping=0.01), C, damping=0.01) < 1e-10
+    assert scaling.whitening_residual(0.9 * linalg.inverse_sqrt(C), C) == pytest.approx(1 - 0.81, rel=1e-9)
+    assert scaling.whitening_residual(linalg.inverse_sqrt(C), C, damping=0.01) > 1e-3  # wrong target
+
+
+def test_newton_in_float64_is_the_library_iteration_and_bfloat16_stalls():
+    gen = generator(5)
+    X = scaling.rotated_gaussian(256, 32, 10.0, generator=gen)
+    C = X.T @ X / 256
+    mine = scaling.newton_inverse_sqrt_in(C, 6, torch.float64, damping=1e-3)
+    lib = linalg.inverse_sqrt_newton(C, damping=1e-3, steps=6).to(torch.float32)
+    assert torch.allclose(mine, lib, rtol=1e-5, atol=1e-6)
+    f32 = scaling.newton_inverse_sqrt_in(C, 20, torch.float32, damping=1e-3)
+    bf16 = scaling.newton_inverse_sqrt_in(C, 20, torch.bfloat16, damping=1e-3)
+    assert scaling.whitening_residual(f32, C, 1e-3) < 1e-4
+    assert scaling.whitening_residual(bf16, C, 1e-3) > 1e-3
+    assert f32.dtype == bf16.dtype == torch.float32
+    with pytest.raises(ValueError):
+        scaling.newton_inverse_sqrt_in(C, -1, torch.float32)
+
+
+# ---------------------------------------------------------------------------- timing
+def test_timing_helpers_return_positive_times():
+    assert scaling.median_time(lambda: sum(range(100)), repeats=3) > 0
+    calls = []
+    assert scaling.median_time(lambda: calls.append(1), repeats=4, warmup=2, best=True) >= 0
+    assert len(calls) == 6
+    report = scaling.linalg_benchmark((8, 16), device="cpu", repeats=1)
+    assert [r["n"] for r in report["rows"]] == [8, 16]
+    for row in report["rows"]:
+        for key in ("matmul", "eigh_root", "newton_root", "ns5_float32", "ns5_bfloat16"):
+            assert row[key] > 0
+        assert row["newton_iterations"] >= 1
+    with pytest.raises(ValueError):
+        scaling.median_time(lambda: None, repeats=0)
+
+
+# ----------------------------------------------------------------- data parallelism
+def test_replicas_with_averaged_statistics_match_full_batch_and_local_ones_drift():
+    kwargs = dict(steps=12, global_batch=64, width=16, checkpoints=(1, 12), root_interval=3)
+    reference = scaling.train_replica(**kwargs)
+    assert all(v == 0 for v in reference["communication"].values())
+    runs = {"synced": {}, "local": {"sync_statistics": False}}
+    r0, r1 = distributed.launch(scaling.data_parallel_worker, 2, runs, kwargs, timeout=120)
+    synced, local = (r0["synced"], r1["synced"]), (r0["local"], r1["local"])
+    assert scaling.max_gap(synced[0]["params"], synced[1]["params"]) == 0.0
+    assert scaling.max_gap(synced[0]["params"], reference["params"]) < 1e-5
+    assert scaling.max_gap(local[0]["params"], local[1]["params"]) > 1e-3
+    assert scaling.max_gap(local[0]["snapshots"][1], local[1]["snapshots"][1]) > 0  # apart after one step
+    # communication per process: gradients every step; packed statistics every step; roots on refresh
+    params = 16 * 16 * 2 + 16 * 16
+    packed = sum(n * (n + 1) // 2 + m * (m + 1) // 2 for n, m in [(16, 16), (16, 16), (16, 16)])
+    com = synced[0]["communication"]
+    assert com["gradients"] == 12 * params
+    assert com["statistics"] == 12 * packed
+    assert synced[0]["calls"]["roots"] == 4  # refreshes at steps 1, 4, 7, 10
+    assert local[0]["communication"]["statistics"] == 0 and local[0]["communication"]["gradients"] == 12 * params
