@@ -48,6 +48,7 @@ __all__ = [
     "inverse_sqrt_eig",
     "inverse_sqrt_in_basis",
     "all_finite",
+    "probe_residuals",
     "gram",
     "GRAM_BLOCK",
     "covariance_from_inverse_sqrt",
@@ -760,13 +761,24 @@ def _probes(n: int, k: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     return torch.randn(n, k, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
 
 
-def _probe_residual(A: Tensor, P: Tensor, k: int) -> float:
-    """Hutchinson estimate of ``||I - P A P||_F / sqrt(n)`` on ``k`` fixed Gaussian probes."""
+def probe_residuals(A: Tensor, P: Tensor, k: int) -> Tensor:
+    r"""Hutchinson estimates of ``||I - P A P||_F / sqrt(n)``, one per matrix of the batch.
+
+    ``||R V||_F^2 / k`` with ``k`` fixed Gaussian probe vectors ``V`` (seeded: the same on
+    every call) estimates ``||R||_F^2`` without bias, with relative standard deviation at
+    most ``sqrt(2/k)``; cost ``3 k n^2`` multiply-adds per matrix instead of two matmuls.
+    Shared by :func:`inverse_sqrt_track`, :func:`inverse_sqrt_in_basis` and the engine's
+    batched tracker, so that all of them make the same decisions.
+    """
     n = A.shape[-1]
     V = _probes(n, k, A.dtype, A.device)
     RV = V - P @ (A @ (P @ V))
-    sq = RV.square().sum(dim=(-2, -1)) / k
-    return math.sqrt(float(sq.amax()) / n)
+    return (RV.square().sum(dim=(-2, -1)) / (k * n)).sqrt()
+
+
+def _probe_residual(A: Tensor, P: Tensor, k: int) -> float:
+    """The worst :func:`probe_residuals` over the batch, as a float."""
+    return float(probe_residuals(A, P, k).amax())
 
 
 def covariance_from_inverse_sqrt(P: Tensor, shift: float) -> Tensor:

@@ -14,8 +14,8 @@ layers, :func:`isolab.engine.rules_lanes.layer_chunks`, spread over the torch th
   ``A = sym(C) + lambda I`` and ``r = ||I - P A P||_F/sqrt(n)``: keep ``P`` if
   ``r <= tol`` (default 1e-3); else take one symmetric Newton step
   ``P' = P + (P R + R P)/4`` and use it if its residual is at most ``min(r, 0.05)``
-  (estimated on :data:`TRACK_PROBES` fixed probe vectors against ``0.05/(1 + sqrt(2/k))``
-  when the optimizer does so, as it now does: the same decisions as the optimizer);
+  (estimated by :func:`isolab.linalg.probe_residuals` on ``TRACK_PROBES`` fixed probe
+  vectors against ``0.05/(1 + sqrt(2/k))``: the same decisions as the optimizer);
   else keep ``P`` if ``r <= 0.05`` ("stale"); else recompute (``fallback``: ``"eigh"``,
   ``"newton"`` = :func:`isolab.linalg.inverse_sqrt_newton` warm-started from ``P``, or
   ``"auto"`` = eigh on the CPU, Newton elsewhere, as :class:`isolab.optim.Iso` does).  A
@@ -34,15 +34,9 @@ import torch
 from torch import Tensor
 
 from .. import linalg
-from ..optim import iso as _iso
+from ..optim.iso import TRACK_MAX_RESIDUAL, TRACK_PROBES  # the optimizer's policy: the same decisions
 
 __all__ = ["inverse_sqrt_batched", "whitening_residual", "TRACK_MAX_RESIDUAL"]
-
-#: Largest whitening residual accepted from a tracked root (as :mod:`isolab.optim.iso`).
-TRACK_MAX_RESIDUAL = 0.05
-#: Probe vectors with which :class:`isolab.optim.Iso` estimates a refined root's residual
-#: (``None``: measured exactly), read from the optimizer so that the two make the same decisions.
-TRACK_PROBES = getattr(_iso, "_TRACK_PROBES", None) if hasattr(linalg, "_probes") else None
 
 
 def _damped(C: Tensor, damping: float) -> Tensor:
@@ -115,15 +109,9 @@ def inverse_sqrt_batched(
         Pt, Rt, r0t = P[todo], R[todo], r0[todo]
         PR = Pt @ Rt
         P1 = (PR + PR.mT).mul_(0.25).add_(Pt)  # P + (P R + R P)/4
-        k = TRACK_PROBES
-        if k is None:
-            _, r1 = measure(P1, A[todo])
-            bound = torch.clamp(r0t, max=max_res)
-        else:  # the optimizer's probe estimate of the refined root's residual, per matrix
-            V = linalg._probes(n, k, A.dtype, A.device)
-            RV = V - P1 @ (A[todo] @ (P1 @ V))
-            r1 = torch.sqrt(RV.square().sum(dim=(-2, -1)) / k / n)
-            bound = torch.clamp(r0t, max=max_res / (1 + math.sqrt(2 / k)))
+        k = TRACK_PROBES  # the optimizer's probe estimate of the refined root's residual, per matrix
+        r1 = linalg.probe_residuals(A[todo], P1, k)
+        bound = torch.clamp(r0t, max=max_res / (1 + math.sqrt(2 / k)))
         refined = torch.isfinite(r1) & (r1 <= bound)
         stale = ~refined & (r0t <= max_res)
         out[todo] = torch.where(refined[:, None, None], P1, Pt)

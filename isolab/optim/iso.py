@@ -236,7 +236,7 @@ class _IsoBase(RoutedOptimizer):
                 R = None
                 if previous is not None:
                     R = linalg.inverse_sqrt_in_basis(
-                        C, previous, group["damping"], max_residual=_TRACK_MAX_RESIDUAL, probes=_TRACK_PROBES
+                        C, previous, group["damping"], max_residual=TRACK_MAX_RESIDUAL, probes=TRACK_PROBES
                     ).root
                 if R is None:  # first root, or the basis has drifted too far: renew it
                     R, V = linalg.inverse_sqrt_eig(C, group["damping"])
@@ -251,8 +251,8 @@ class _IsoBase(RoutedOptimizer):
                 if previous is not None:
                     tol = 1e-3 if group["root_tol"] is None else group["root_tol"]
                     R = linalg.inverse_sqrt_track(
-                        C, previous, group["damping"], tol=tol, max_residual=max(tol, _TRACK_MAX_RESIDUAL),
-                        probes=_TRACK_PROBES,
+                        C, previous, group["damping"], tol=tol, max_residual=max(tol, TRACK_MAX_RESIDUAL),
+                        probes=TRACK_PROBES,
                     ).root
                 if R is None:  # first root, or the tracked root failed its residual bound
                     if C.device.type == "cpu":  # eigh costs ~6 matmuls at n=1024 on a CPU core: cheapest exact
@@ -565,9 +565,9 @@ class _IsoBase(RoutedOptimizer):
 
 #: Largest whitening residual ``‖I − P Ĉ P‖_F/√n`` accepted from a tracked root
 #: (:func:`isolab.linalg.inverse_sqrt_track`); above it the root is recomputed exactly.
-_TRACK_MAX_RESIDUAL = 0.05
+TRACK_MAX_RESIDUAL = 0.05
 #: Probe vectors that estimate a refined root's residual (3 matmuls per refresh instead of 5).
-_TRACK_PROBES = 32
+TRACK_PROBES = 32
 
 
 def _lean_shift(C, damping):
