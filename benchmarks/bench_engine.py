@@ -34,6 +34,15 @@ A user could instead run two learning rates at once, one per core, so the 1-thre
 is the core-for-core comparison.  Both are printed.
 Targets (issue 4): (a) < 60 s (< 90 s for Muon, Shampoo, Iso, IsoAdam); (b)/(a) >= 10;
 (c) < 20 s; (d) < 0.3 s (< 1 s for the root-needing optimizers).
+
+``--floor`` prints instead what the ratio *could* be on this machine: for each optimizer,
+the arithmetic a sweep cannot avoid per lane-step at Figure 4's size (the batched
+32 x 32 products of the forward and backward pass and of the rule, timed as one large
+``torch.bmm`` batch, and the ``eigh`` calls of the roots, timed as the engine runs them),
+and ``ceiling`` = the reference's step time (fastest thread setting) / that floor: the
+ratio of a sweep in which everything else (momentum, normalization, descent, bookkeeping,
+memory traffic) cost nothing.  ``measured`` is a steady-state sweep (30 equal learning
+rates, no divergence, 100 iterations) and ``efficiency`` = floor / measured.
 """
 
 from __future__ import annotations
@@ -50,7 +59,9 @@ import torch
 # isolab.engine.core._keep_freed_memory: opt-in, process-wide, glibc only).
 os.environ.setdefault("ISOLAB_MALLOPT", "1")
 
-from isolab.engine import OPTIMIZERS, paper_lrs, reference_run, sweep
+from isolab import linalg
+from isolab.engine import DEFAULTS, OPTIMIZERS, paper_lrs, reference_run, sweep
+from isolab.engine.rules_lanes import parallel_map
 from isolab.problems import DeepLinearRegression
 
 ROOTS = ("muon", "shampoo", "iso", "isoadam")
@@ -75,12 +86,88 @@ def reference_step_time(problem, name: str, lr: float) -> float:
     return best
 
 
+#: 32 x 32 x 32 products per layer and lane-step beyond the forward/backward pass and weight
+#: gradients (3 per layer) at the engine's defaults: Muon's Newton--Schulz (3 per step),
+#: Shampoo's and Iso's two statistics products and two-sided preconditioning.
+RULE_PRODUCTS = {"sgd": 0, "signsgd": 0, "adam": 0, "muon": 3 * DEFAULTS["muon"]["ns_steps"],
+                 "shampoo": 4, "iso": 4, "isoadam": 4}
+#: Inverse roots (one eigh and one product each) per layer and lane-step: both sides, every ``root_interval``.
+ROOTS_PER_LAYER_STEP = {name: 2 / DEFAULTS[name]["root_interval"] for name in ("shampoo", "iso", "isoadam")}
+
+
+def _best_time(fn, repeats=5) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def floor_table(thread_settings, names) -> None:
+    """The ``--floor`` report (see the module docstring)."""
+    fig4 = DeepLinearRegression(n=32, depth=40, batch=128)
+    k, lanes, n = fig4.depth, 30, fig4.n
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(k * lanes, n, n, generator=g)
+    b = torch.randn(k * lanes, n, n, generator=g)
+    out = torch.empty_like(a)
+    x = torch.randn(k * lanes, 4 * n, n, generator=g)
+    cov = x.mT @ x / (4 * n)
+    per_product, per_eigh, ref = {}, {}, {}
+    for th in thread_settings:
+        torch.set_num_threads(th)
+        per_product[th] = _best_time(lambda: torch.bmm(a, b, out=out)) / a.shape[0]
+        chunks = [cov[i:i + 128] for i in range(0, cov.shape[0], 128)]  # as the engine: chunks over threads
+        # eigh and the product that forms V diag(w^-1/p) V^T, as linalg.symmetric_inverse_root
+        # (Shampoo's p = 4 and Iso's p = 2 cost the same)
+        per_eigh[th] = _best_time(lambda: parallel_map(lambda c: linalg.symmetric_inverse_root(c, 4, 1e-6), chunks),
+                                  3) / cov.shape[0]
+    for name in names:
+        ref[name] = min(_ref_at(fig4, name, th) for th in thread_settings)
+    print(f"Figure 4 size ({k} layers, {lanes} lanes, n = {n}); per lane-step: 3 x {k} products of the pass "
+          f"(+ the rule's), eigh = inverse roots; times in ms")
+    for th in thread_settings:
+        print(f"threads {th}: one {n}x{n}x{n} product {per_product[th] * 1e6:.2f} us "
+              f"({2 * n ** 3 / per_product[th] / 1e9:.0f} GFLOP/s), one inverse root {per_eigh[th] * 1e6:.1f} us")
+    print(f"{'optimizer':9} {'products':>8} {'roots':>6} {'ref ms':>7} " + " ".join(
+        f"{'floor' + str(th):>7} {'ceil' + str(th):>6} {'meas' + str(th):>7} {'eff' + str(th):>5}" for th in thread_settings))
+    for name in names:
+        products = k * (3 + RULE_PRODUCTS[name])
+        roots = k * ROOTS_PER_LAYER_STEP.get(name, 0.0)
+        cells = []
+        for th in thread_settings:
+            torch.set_num_threads(th)
+            floor = products * per_product[th] + roots * per_eigh[th]
+            meas = _steady_lane_step(fig4, name, lanes)
+            cells.append(f"{floor * 1e3:7.3f} {ref[name] / floor:6.1f} {meas * 1e3:7.3f} {floor / meas:5.0%}")
+        print(f"{name:9} {products:8d} {roots:6.1f} {ref[name] * 1e3:7.2f} " + " ".join(cells), flush=True)
+    print("ceil = reference step (fastest thread setting) / floor: the largest ratio a sweep could reach here; "
+          "meas = a steady sweep's time per lane-step; eff = floor / meas")
+
+
+def _ref_at(problem, name, threads) -> float:
+    torch.set_num_threads(threads)
+    return reference_step_time(problem, name, float(paper_lrs(name, 30)[0]))
+
+
+def _steady_lane_step(problem, name, lanes) -> float:
+    lrs = np.full(lanes, paper_lrs(name, 30)[0])
+    sweep(problem, name, lrs, 2, progress=False)
+    return _best_time(lambda: sweep(problem, name, lrs, 100, progress=False), 2) / (100 * lanes)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--floor", action="store_true", help="print the attainable ratio on this machine (see above)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS))
     args = ap.parse_args()
+    if args.floor:
+        floor_table(args.threads, args.optimizers)
+        return
     q = args.quick
     fig4 = DeepLinearRegression(n=32, depth=40, batch=128)
     fig3 = DeepLinearRegression(n=32, depth=5, batch=128)
