@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: book test outputs bench chromium clean
+.PHONY: book test outputs bench chromium colab-env check-outputs clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,29 @@ book: $(STAMP)
 chromium:
 	@bash scripts/ensure_chromium.sh
 
-test: book chromium
-	$(PY) -m pytest tests book --nbval-lax --nbval-current-env -p no:cacheprovider
+# Colab's widgets: an interpreter that sees the book's environment (a .pth file) but has
+# Colab's ipywidgets 7.7.1 installed in front of it (tests/test_colab_widgets.py).
+COLAB_ENV := $(VENV)/colab-ipywidgets7
+$(COLAB_ENV)/.installed: $(STAMP)
+	rm -rf $(COLAB_ENV)
+	$(PYTHON) -m venv --without-pip $(COLAB_ENV)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+	  > "$$($(COLAB_ENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/isolab-book-env.pth"
+	$(PY) -m pip --python $(COLAB_ENV)/bin/python install --quiet ipywidgets==7.7.1
+	touch $@
+colab-env: $(COLAB_ENV)/.installed
+
+# The book build's own execution of every chapter (default environment) against the
+# committed checked outputs; nbval then executes the chapters again in an environment
+# that stands in for another CPU (ATen's scalar kernels, MKL's compatible path, one thread).
+check-outputs: $(STAMP)
+	$(PY) scripts/check_outputs.py
+PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
+test: book chromium colab-env
+	$(PY) scripts/check_outputs.py
+	$(PY) -m pytest tests -p no:cacheprovider
+	$(PERTURBED) $(PY) -m pytest book --nbval-lax --nbval-current-env -p no:cacheprovider
 
 # Re-execute the chapters and rewrite their committed outputs (after an intended change).
 outputs: $(STAMP)

@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -29,8 +30,57 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def global_state() -> dict:
+    """What a chapter can change for every later chapter in the same process."""
+    import random
+
+    import matplotlib
+    import numpy as np
+
+    return {
+        "default dtype": torch.get_default_dtype(),
+        "threads": torch.get_num_threads(),
+        "torch RNG": torch.get_rng_state(),
+        "numpy RNG": np.random.get_state(),
+        "random RNG": random.getstate(),
+        "rcParams": dict(matplotlib.rcParams),
+        "grad enabled": torch.is_grad_enabled(),
+    }
+
+
+def restore_global_state(state: dict) -> list[str]:
+    """Put back what :func:`global_state` saved; return the names of what had changed."""
+    import random
+
+    import matplotlib
+    import numpy as np
+
+    now = global_state()
+    changed = [k for k in ("default dtype", "threads", "grad enabled") if now[k] != state[k]]
+    if not torch.equal(now["torch RNG"], state["torch RNG"]):
+        changed.append("torch RNG")
+    if {k: v for k, v in now["rcParams"].items() if state["rcParams"].get(k) != v}:
+        changed.append("rcParams")
+    torch.set_default_dtype(state["default dtype"])
+    torch.set_num_threads(state["threads"])
+    torch.set_rng_state(state["torch RNG"])
+    np.random.set_state(state["numpy RNG"])
+    random.setstate(state["random RNG"])
+    torch.set_grad_enabled(state["grad enabled"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated rc keys warn when set back
+        matplotlib.rcParams.update(state["rcParams"])
+    return changed
+
+
 def run_chapter(path: Path):
-    """Execute a chapter's code cells quietly; return the explorables it created."""
+    """Execute a chapter's code cells quietly; return the explorables it created.
+
+    Chapters run in one process here (in Jupyter each has its own kernel), so whatever
+    global state a chapter sets (the default dtype, the thread count, the random
+    generators, Matplotlib's rc settings) is restored after it; the redraws are timed
+    in the state the chapter left, as its reader would have it (``main`` restores it
+    after timing)."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from isolab.explorable import registry
@@ -83,6 +133,7 @@ def main() -> int:
     print(f"{'chapter':28s} {'figure':26s} {'wall median':>11s} {'p90':>6s} {'cpu median':>10s}  budget"
           + ("   frames   size MB  build s" if args.static else ""))
     for path in chapters:
+        saved = global_state()
         for explorable in run_chapter(path):
             explorable.png()  # warm-up: fonts, caches
             wall, cpu = time_redraws(explorable, args.repeats)
@@ -98,6 +149,9 @@ def main() -> int:
                 size = len(explorable.static_html().encode())
                 line += f"   {explorable.n_frames:6d}   {size / 1e6:7.2f}  {time.perf_counter() - start:7.1f}"
             print(line, flush=True)
+        changed = restore_global_state(saved)
+        if changed:
+            print(f"{'':28s} (restored after {path.stem}: {', '.join(changed)})", flush=True)
     return 1 if failures else 0
 
 

@@ -25,7 +25,8 @@ from typing import Iterable, Optional, Union
 
 import numpy as np
 
-__all__ = ["Sweep", "Results", "save", "load", "plot_sweep", "plot_weight_norm", "plot_loss_curves"]
+__all__ = ["Sweep", "Results", "save", "load", "plot_sweep", "plot_weight_norm", "plot_loss_curves",
+           "OutcomeAgreement", "compare_outcomes"]
 
 _ARRAYS = ("lrs", "seeds", "loss", "weight_norm", "diverged_at", "hit_at", "threshold", "weights")
 _META = ("optimizer", "label", "hyper", "problem", "info")
@@ -296,3 +297,45 @@ def plot_loss_curves(ax, sweep: Sweep, lrs=None, seed_index: int = 0, **line_kw)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     return ax
+
+
+# ------------------------------------------------------------ reproducing a saved sweep
+@dataclass(frozen=True)
+class OutcomeAgreement:
+    """How a rerun's lanes compare with saved ones (see :func:`compare_outcomes`)."""
+
+    same_outcomes: bool
+    #: lanes whose outcome differs (converged / diverged / neither within the horizon)
+    mismatched: tuple
+    #: largest ``|step - saved step| / saved step`` over lanes that converged in both
+    max_relative_step_gap: float
+
+    def describe(self) -> str:
+        if not self.same_outcomes:
+            return f"outcomes differ in lanes {list(self.mismatched)}"
+        return f"steps {100 * self.max_relative_step_gap:.0f}% apart"
+
+
+def compare_outcomes(hit_at, diverged_at, saved_hit_at, saved_diverged_at, horizon: int) -> OutcomeAgreement:
+    r"""Compare a rerun of some lanes with the saved sweep, as far as rounding allows.
+
+    Each lane's *outcome* within ``horizon`` steps is "converged" (``hit_at`` in
+    ``[0, horizon]``), "diverged" or "neither"; a step of ``-1`` or beyond the horizon
+    counts as not happening. A float32 rerun on another CPU rounds its sums differently,
+    which moves a threshold crossing by a few steps and the blow-up step of an unstable
+    lane by more, but does not change what happens to a lane unless it sits at the edge.
+    So the outcomes must match exactly, and the steps to converge are compared
+    relatively (:attr:`OutcomeAgreement.max_relative_step_gap`).
+    """
+    if not (isinstance(horizon, int) and horizon > 0):
+        raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+    arrays = [np.asarray(a) for a in (hit_at, diverged_at, saved_hit_at, saved_diverged_at)]
+    if len({a.shape for a in arrays}) != 1:
+        raise ValueError(f"all four step arrays must have one shape, got {[a.shape for a in arrays]}")
+    within = [(a >= 0) & (a <= horizon) for a in arrays]
+    outcome = 2 * within[0] + within[1]
+    saved = 2 * within[2] + within[3]
+    mismatched = tuple(int(i) for i in np.flatnonzero(outcome != saved))
+    both = within[0] & within[2]
+    gaps = np.abs(arrays[0][both] - arrays[2][both]) / np.maximum(arrays[2][both], 1)
+    return OutcomeAgreement(not mismatched, mismatched, float(gaps.max()) if gaps.size else 0.0)

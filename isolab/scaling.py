@@ -416,20 +416,34 @@ class RegressionTask:
         gen = generator(seed)
         self.d_in, self.d_out, self.noise = d_in, d_out, noise
         Q, _ = torch.linalg.qr(torch.randn(d_in, d_in, generator=gen, dtype=torch.float64))
-        self.sqrt_cov = (Q * features.spectrum(d_in, cond).sqrt()).float()
+        self._sqrt_cov64 = Q * features.spectrum(d_in, cond).sqrt()
+        self.sqrt_cov = self._sqrt_cov64.float()
         self.W1 = torch.randn(d_in, d_in, generator=gen) / math.sqrt(d_in)
         self.W2 = torch.randn(d_in, d_out, generator=gen) / math.sqrt(d_in)
         self._gen = generator(seed + 1)
-        self.eval_x, self.eval_y = self.batch(2048)
+        self._eval_draw = self._draw(2048)
+        self.eval_x, self.eval_y = self._make(*self._eval_draw, torch.float32)
 
     def targets(self, x: Tensor) -> Tensor:
-        return torch.tanh(x @ self.W1) @ self.W2
+        return torch.tanh(x @ self.W1.to(x.dtype)) @ self.W2.to(x.dtype)
 
-    def batch(self, b: int):
+    def _draw(self, b: int):
         z = torch.randn(b, self.d_in, generator=self._gen)
-        x = z @ self.sqrt_cov.T
-        y = self.targets(x) + self.noise * torch.randn(b, self.d_out, generator=self._gen)
-        return x, y
+        return z, torch.randn(b, self.d_out, generator=self._gen)
+
+    def _make(self, z: Tensor, noise: Tensor, dtype: torch.dtype):
+        sqrt_cov = self.sqrt_cov if dtype == torch.float32 else self._sqrt_cov64.to(dtype)
+        x = z.to(dtype) @ sqrt_cov.T
+        return x, self.targets(x) + self.noise * noise.to(dtype)
+
+    def batch(self, b: int, dtype: torch.dtype = torch.float32):
+        """``b`` fresh samples. The random draws are the same whatever ``dtype``; in float64
+        the samples are computed from them in float64 (no float32 rounding at all)."""
+        return self._make(*self._draw(b), dtype)
+
+    def eval_set(self, dtype: torch.dtype = torch.float32):
+        """The 2048 held-out samples, computed in ``dtype`` from the same draws."""
+        return (self.eval_x, self.eval_y) if dtype == torch.float32 else self._make(*self._eval_draw, dtype)
 
 
 def state_elements(optimizer: torch.optim.Optimizer) -> int:
@@ -450,9 +464,14 @@ def train_mlp(
     lr: float = 1e-3,
     seed: int = 0,
     data_seed: int = 1,
+    dtype: torch.dtype = torch.float32,
     **optimizer_kwargs,
 ) -> dict:
     r"""Train :func:`mlp` on :class:`RegressionTask` with IsoAdam (or ``"adam"``) and report.
+
+    ``dtype`` is the precision of the weights and of the samples (computed in it from the
+    same random draws): float64, with ``stats_dtype=torch.float64`` for IsoAdam, gives
+    losses whose printed digits do not depend on the CPU's float32 kernels.
 
     The same ``seed`` gives the same initial weights and the same ``data_seed`` the same
     batches, whatever the intervals, so runs differ only by the optimizer's schedule.
@@ -467,15 +486,17 @@ def train_mlp(
     """
     from .optim import IsoAdam
 
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
     task = RegressionTask(width, 16, cond, seed=data_seed)
-    model = mlp(width, depth, width, 16, seed=seed)
+    model = mlp(width, depth, width, 16, seed=seed).to(dtype)
     if optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=lr)
     elif optimizer == "isoadam":
         opt = IsoAdam(model, lr=lr, stat_interval=stat_interval, root_interval=root_interval, **optimizer_kwargs)
     else:
         raise ValueError(f"optimizer must be 'adam' or 'isoadam', got {optimizer!r}")
-    batches = [task.batch(batch) for _ in range(steps)]
+    batches = [task.batch(batch, dtype) for _ in range(steps)]
 
     def one_step(x, y):
         opt.zero_grad(set_to_none=True)
@@ -490,13 +511,14 @@ def train_mlp(
         losses.append(float(one_step(x, y).detach()))
     seconds = time.perf_counter() - t0
     with torch.no_grad():
-        eval_loss = float((model(task.eval_x) - task.eval_y).square().mean())
+        eval_x, eval_y = task.eval_set(dtype)
+        eval_loss = float((model(eval_x) - eval_y).square().mean())
     state = state_elements(opt)
     if hasattr(opt, "remove_hooks"):
         opt.remove_hooks()
 
     # flops: one period of the schedule on a copy (same shapes, so the same counts)
-    probe = mlp(width, depth, width, 16, seed=seed)
+    probe = mlp(width, depth, width, 16, seed=seed).to(dtype)
     x, y = batches[0]
     fb = count_flops(lambda: (probe(x) - y).square().mean().backward()).total
     period = math.lcm(stat_interval, root_interval) if optimizer == "isoadam" else 1

@@ -4,9 +4,11 @@ Run through ``make book``, which first sets up the pinned environment in ``.venv
 
 * Fails on any error in a chapter's cell and on any Sphinx warning (``-W``).
 * Chapter outputs are cached by Jupyter Book, keyed on each notebook's code cells only.
-  A change in the ``isolab`` library (or in the pinned environment) would therefore
-  leave stale outputs; this script fingerprints both and clears the cache when the
-  fingerprint changes, so every chapter runs again.
+  A change in the ``isolab`` library, in the saved ``results/`` the chapters load, in the
+  script Chapter 13 runs, or in the pinned environment would therefore leave stale
+  outputs; this script fingerprints them and clears the cache when the fingerprint
+  changes, so every chapter runs again (``scripts/check_outputs.py`` compares the cached
+  outputs with the committed ones).
 * Sets ``ISOLAB_EXPLORABLE=static`` so explorable figures precompute their frames for
   the kernel-free website (see ``isolab/explorable.py``).
 """
@@ -30,7 +32,10 @@ FINGERPRINT = BUILD / ".isolab-fingerprint"
 def library_fingerprint() -> str:
     """Hash of everything a chapter's execution depends on besides its own code."""
     digest = hashlib.sha256()
-    files = sorted((ROOT / "isolab").rglob("*.py")) + [ROOT / "requirements.txt", ROOT / "pyproject.toml"]
+    # the library, the saved results chapters load, the script a chapter runs, the environment
+    files = (sorted((ROOT / "isolab").rglob("*.py")) + sorted(p for p in (ROOT / "results").glob("*") if p.is_file())
+             + [p for p in [ROOT / "scripts" / "train_ddp.py"] if p.exists()]
+             + [ROOT / "requirements.txt", ROOT / "pyproject.toml"])
     for path in files:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         per_step = {k: v / args.steps for k, v in tally.elements.items()}
         print(f"{world} processes ({args.backend}), global batch {args.batch} = {world} x {local} rows, "
               f"{args.steps} steps, statistics {'local to each process' if args.no_sync else 'averaged'}")
-        print(f"final training loss on rank 0's slice: {loss.item():.4f}")
+        print(f"final training loss on rank 0's slice: {loss.item():.3f}")
         print(f"largest parameter difference between replicas: {gap:.3g}")
         print("elements per step sent to collectives by one process: "
               + ", ".join(f"{k} {v:,.0f}" for k, v in per_step.items()))

@@ -76,3 +76,26 @@ def test_total_weight_norm_does_not_overflow_for_exploding_runs():
         total = sweep.total_weight_norm()
     assert total[0, 0, 0] == pytest.approx(5.0)
     assert total[0, 0, 1] == pytest.approx(np.sqrt(2) * 1e200)
+
+
+# ------------------------------------------------------------ compare_outcomes
+from isolab.results import compare_outcomes  # noqa: E402
+
+
+def test_compare_outcomes_allows_moved_steps_but_not_changed_outcomes():
+    saved_hit, saved_div = np.array([100, -1, -1, 400]), np.array([-1, 56, -1, -1])
+    # converged 3% later, diverged 5 steps later, still neither, and beyond the horizon both times
+    same = compare_outcomes(np.array([103, -1, -1, -1]), np.array([-1, 61, -1, -1]), saved_hit, saved_div, horizon=300)
+    assert same.same_outcomes and same.mismatched == ()
+    assert same.max_relative_step_gap == pytest.approx(0.03)
+    assert same.describe() == "steps 3% apart"
+    changed = compare_outcomes(np.array([-1, -1, 250, -1]), np.array([-1, 61, -1, -1]), saved_hit, saved_div, horizon=300)
+    assert not changed.same_outcomes and changed.mismatched == (0, 2)
+    assert "lanes [0, 2]" in changed.describe()
+
+
+def test_compare_outcomes_rejects_bad_input():
+    with pytest.raises(ValueError, match="horizon"):
+        compare_outcomes([1], [1], [1], [1], horizon=0)
+    with pytest.raises(ValueError, match="one shape"):
+        compare_outcomes([1, 2], [1], [1], [1], horizon=10)

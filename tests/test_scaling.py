@@ -261,3 +261,21 @@ def test_replicas_with_averaged_statistics_match_full_batch_and_local_ones_drift
     assert com["statistics"] == 12 * packed
     assert synced[0]["calls"]["roots"] == 4  # refreshes at steps 1, 4, 7, 10
     assert local[0]["communication"]["statistics"] == 0 and local[0]["communication"]["gradients"] == 12 * params
+
+
+def test_regression_task_float64_samples_come_from_the_same_draws():
+    a, b = scaling.RegressionTask(16, 4, 100.0, seed=3), scaling.RegressionTask(16, 4, 100.0, seed=3)
+    x32, y32 = a.batch(64)
+    x64, y64 = b.batch(64, torch.float64)
+    assert x32.dtype == torch.float32 and x64.dtype == torch.float64
+    assert torch.allclose(x64.float(), x32, rtol=1e-5, atol=1e-6) and not torch.equal(x64, x32.double())
+    assert torch.allclose(y64.float(), y32, rtol=1e-5, atol=1e-5)
+    ex, ey = a.eval_set(torch.float64)
+    assert ex.shape == (2048, 16) and torch.allclose(ex.float(), a.eval_x, rtol=1e-5, atol=1e-6)
+
+
+def test_train_mlp_in_float64():
+    run = scaling.train_mlp("isoadam", steps=3, batch=32, width=8, dtype=torch.float64, stats_dtype=torch.float64)
+    assert all(math.isfinite(v) for v in run["loss"]) and math.isfinite(run["eval_loss"])
+    with pytest.raises(ValueError, match="dtype"):
+        scaling.train_mlp("adam", steps=1, batch=8, width=8, dtype=torch.float16)

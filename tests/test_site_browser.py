@@ -27,6 +27,9 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "_build" / "html"
 MAX_EXPLORABLE_BYTES = 2_000_000
+#: How long one condition may take. Generous: a loaded two-core machine renders a chapter
+#: page (MathJax typesetting every formula) many times slower than an idle one.
+PAGE_TIMEOUT_MS = 180_000
 LOCAL_HOSTS = {"127.0.0.1"}
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -86,7 +89,8 @@ def browser():
 
     executable = chromium_path()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS,
+                                             timeout=PAGE_TIMEOUT_MS)
         yield browser
         browser.close()
 
@@ -102,14 +106,17 @@ class PageVisit:
 
     def __init__(self, browser, url: str):
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.set_default_timeout(PAGE_TIMEOUT_MS)
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.outside: list[str] = []
         self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
         self.page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
         self.page.route("**/*", self._route)
-        self.page.goto(url, wait_until="load")
-        self.page.wait_for_load_state("networkidle")
+        # Concrete conditions, not "network idle" (which a busy machine can miss for
+        # reasons that have nothing to do with the page): the load event here, then
+        # MathJax's startup promise and each explorable's first frame (wait_for_page).
+        self.page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT_MS)
 
     def _route(self, route) -> None:
         url = route.request.url
@@ -124,11 +131,18 @@ class PageVisit:
         self.context.close()
 
 
-def wait_for_math(page) -> None:
+def wait_for_page(page) -> None:
+    """MathJax has typeset the page and every explorable shows its first frame."""
     has_mathjax = page.evaluate("() => typeof window.MathJax !== 'undefined'")
     if has_mathjax:
-        page.wait_for_function("() => window.MathJax.startup && window.MathJax.startup.promise", timeout=120_000)
+        page.wait_for_function("() => window.MathJax.startup && window.MathJax.startup.promise", timeout=PAGE_TIMEOUT_MS)
         page.evaluate("() => window.MathJax.startup.promise")
+    page.wait_for_function(
+        """() => Array.from(document.querySelectorAll('div.isolab-explorable')).every(root => {
+               const img = root.querySelector('img.isolab-frame');
+               return root.dataset.ready === 'true' && img && img.complete && img.naturalWidth > 0; })""",
+        timeout=PAGE_TIMEOUT_MS,
+    )
 
 
 @pytest.mark.parametrize("page_path", site_pages() or ["<no built site>"])
@@ -137,7 +151,7 @@ def test_page(browser, base_url, page_path):
     visit = PageVisit(browser, base_url + page_path)
     page = visit.page
     try:
-        wait_for_math(page)
+        wait_for_page(page)
 
         math_total = page.locator(".math").count()
         if math_total:

@@ -1,0 +1,76 @@
+r"""A section's checks, printed for people: one line per claim, "claim — measured — expected".
+
+Chapters check what they say by computing it. A column of ``True`` tells a reader
+nothing, and the fourth digit of a float32 training loss changes from one CPU to the
+next (so a checked output that prints it fails on another machine). :func:`report`
+prints each claim beside what was measured and what the claim expects, at a precision
+the caller chooses to match the claim::
+
+    report([
+        Check("Iso's twin gap stays at rounding level", f"{gap:.0e}", "< 1e-10", gap < 1e-10),
+        Check("Adam's twin gap is percent-level", f"{adam:.2f}", "> 0.01", adam > 0.01),
+    ])
+
+gives::
+
+    claim                                  measured  expected  holds
+    Iso's twin gap stays at rounding level    2e-12   < 1e-10  yes
+    Adam's twin gap is percent-level           0.13    > 0.01  yes
+
+:func:`decade` formats a measured value coarsely enough to print the
+same on every machine when only its size matters.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, NamedTuple
+
+import numpy as np
+
+__all__ = ["Check", "report", "format_report", "decade"]
+
+
+class Check(NamedTuple):
+    """One claim: what it says, what was measured, what it expects, and whether it holds."""
+
+    claim: str
+    measured: str
+    expected: str
+    holds: bool
+
+
+def format_report(checks: Iterable[Check], title: str | None = None) -> str:
+    """The table :func:`report` prints, as a string."""
+    rows = list(checks)
+    if not rows:
+        raise ValueError("report needs at least one Check")
+    for row in rows:
+        if not isinstance(row, Check):
+            raise TypeError(f"expected Check rows, got {type(row).__name__}: {row!r}")
+        if not isinstance(row.holds, (bool, np.bool_)):
+            raise TypeError(f"Check.holds must be a bool, got {type(row.holds).__name__} for {row.claim!r}")
+    widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(("claim", "measured", "expected"))]
+    lines = [title] if title else []
+    lines.append(f"{'claim':<{widths[0]}}  {'measured':>{widths[1]}}  {'expected':>{widths[2]}}  holds")
+    for r in rows:
+        lines.append(f"{r.claim:<{widths[0]}}  {r.measured:>{widths[1]}}  {r.expected:>{widths[2]}}  "
+                     f"{'yes' if r.holds else 'NO'}")
+    return "\n".join(lines)
+
+
+def report(checks: Iterable[Check], title: str | None = None) -> None:
+    """Print a section's checks as one aligned table (see the module docstring)."""
+    print(format_report(checks, title))
+
+
+def decade(value: float) -> str:
+    """The power of ten just below ``value`` (``"1e-12"`` for 4.7e-12): a size that stays
+    the same under the small changes of rounding, unless the value sits at a decade edge."""
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    return f"{sign}1e{math.floor(math.log10(abs(value))):+03d}"

@@ -1,0 +1,87 @@
+"""scripts/check_outputs.py: the build's executed chapters against their committed outputs."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("check_outputs", ROOT / "scripts" / "check_outputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check = load_module()
+
+
+def stream(text, name="stdout"):
+    return nbformat.v4.new_output("stream", name=name, text=text)
+
+
+def notebook(*cells):
+    nb = nbformat.v4.new_notebook()
+    for source, outputs in cells:
+        cell = nbformat.v4.new_code_cell(source)
+        cell.outputs = outputs
+        nb.cells.append(cell)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("# a chapter"))
+    return nb
+
+
+def test_comparable_merges_streams_and_ignores_what_nbval_ignores():
+    result = nbformat.v4.new_output("execute_result", data={"text/plain": "3", "image/png": "AAAA"}, execution_count=7)
+    a = check.comparable([stream("a\n"), stream("b\n"), stream("warn\n", "stderr"), result])
+    result_b = nbformat.v4.new_output("execute_result", data={"text/plain": "3", "image/png": "BBBB"}, execution_count=9)
+    b = check.comparable([stream("a\nb\n"), stream("warn\n", "stderr"), result_b])
+    assert a == b == {"stdout": ["a\nb\n"], "stderr": ["warn\n"], "text/plain": ["3"]}
+
+
+def test_differences_report_checked_cells_only():
+    committed = notebook(("# NBVAL_CHECK_OUTPUT\nprint(x)", [stream("loss 0.066\n")]), ("print(y)", [stream("1.5\n")]))
+    same = notebook(("# NBVAL_CHECK_OUTPUT\nprint(x)", [stream("loss 0.066\n")]), ("print(y)", [stream("1.7\n")]))
+    moved = notebook(("# NBVAL_CHECK_OUTPUT\nprint(x)", [stream("loss 0.067\n")]), ("print(y)", [stream("1.5\n")]))
+    assert check.differences(committed, same, "ch") == []
+    [report] = check.differences(committed, moved, "ch")
+    assert "cell 1" in report and "-loss 0.066" in report and "+loss 0.067" in report
+
+
+def test_reads_the_build_cache_and_fails_on_a_moved_number(tmp_path, monkeypatch, capsys):
+    from jupyter_cache import get_cache
+
+    committed = notebook(("# NBVAL_CHECK_OUTPUT\nprint('loss', 0.066)", [stream("loss 0.066\n")]))
+    chapter = tmp_path / "ch99_test.ipynb"
+    nbformat.write(committed, chapter)
+    executed = notebook(("# NBVAL_CHECK_OUTPUT\nprint('loss', 0.066)", [stream("loss 0.067\n")]))
+    executed_path = tmp_path / "executed.ipynb"
+    nbformat.write(executed, executed_path)
+    cache_dir = tmp_path / "cache"
+    get_cache(str(cache_dir)).cache_notebook_file(str(executed_path), check_validity=False)
+    monkeypatch.setattr(check, "CACHE", cache_dir)
+
+    assert check.main([str(chapter)]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 1 checked cells differ" in out and "+loss 0.067" in out
+
+    nbformat.write(notebook(("# NBVAL_CHECK_OUTPUT\nprint('loss', 0.066)", [stream("loss 0.066\n")])), executed_path)
+    get_cache(str(cache_dir)).cache_notebook_file(str(executed_path), check_validity=False, overwrite=True)
+    assert check.main([str(chapter)]) == 0
+
+
+def test_a_chapter_missing_from_the_cache_is_an_error_not_a_pass(tmp_path, monkeypatch):
+    from jupyter_cache import get_cache
+
+    other = tmp_path / "other.ipynb"   # the cache holds another notebook only
+    nbformat.write(notebook(("print(2)", [stream("2\n")])), other)
+    get_cache(str(tmp_path / "cache")).cache_notebook_file(str(other), check_validity=False)
+    monkeypatch.setattr(check, "CACHE", tmp_path / "cache")
+    chapter = tmp_path / "ch99_test.ipynb"
+    nbformat.write(notebook(("# NBVAL_CHECK_OUTPUT\nprint(1)", [stream("1\n")])), chapter)
+    with pytest.raises(SystemExit, match="no executed copy"):
+        check.main([str(chapter)])
