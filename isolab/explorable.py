@@ -122,7 +122,7 @@ class Explorable:
     Parameters
     ----------
     draw:
-        ``draw(fig, **params)`` adds axes to the (cleared) Matplotlib ``fig`` and plots.
+        ``draw(fig, **params)`` adds axes to a blank Matplotlib ``fig`` and plots.
         It may raise :class:`FigureMessage` for combinations it cannot show. It should
         not call ``tight_layout``: the explorable lays the figure out once and reuses
         the margins, which keeps redraws fast.
@@ -208,8 +208,7 @@ class Explorable:
         """
         params = self._check_params(params)
         self._ensure_layout()
-        fig = self._figure
-        fig.clear()
+        fig = self._new_figure()
         fig.subplots_adjust(**self._margins)
         try:
             self.draw(fig, **params)
@@ -221,14 +220,14 @@ class Explorable:
             if strict:
                 raise
             self._show_message(f"This setting cannot be drawn ({type(error).__name__}: {error}).")
-        return fig
+        return self._figure  # a message replaces the figure
 
     def _ensure_layout(self) -> None:
         """Fit the axes to the figure once, at the defaults, and reuse the margins.
 
         ``tight_layout`` measures every label and costs as much as drawing, so it does
         not run on every redraw: the margins it finds at the defaults are stored and
-        re-applied after each ``fig.clear()`` (which resets them), and fit the other
+        applied to each new figure, and fit the other
         settings, whose axes and labels differ only in their numbers. Laying out at the
         defaults (not at whichever setting is drawn first) gives the live figure and the
         website's frames the same margins. The layout engine is then removed, or every
@@ -236,8 +235,7 @@ class Explorable:
         """
         if self._margins is not None:
             return
-        fig = self._figure
-        fig.clear()
+        fig = self._new_figure()
         try:
             self.draw(fig, **self.defaults())
             fig.tight_layout()
@@ -248,9 +246,16 @@ class Explorable:
         self._margins = dict(left=pars.left, right=pars.right, bottom=pars.bottom, top=pars.top,
                              wspace=pars.wspace, hspace=pars.hspace)
 
+    def _new_figure(self) -> Figure:
+        """A blank figure for the next drawing. A new one, not ``fig.clear()``: clearing
+        first clears every old Axes (resetting its ticks), which costs more than building
+        the figure afresh, and a fresh figure cannot carry state from one setting to the
+        next."""
+        self._figure = Figure(figsize=self.figsize, dpi=self.dpi)
+        return self._figure
+
     def _show_message(self, message: str) -> None:
-        fig = self._figure
-        fig.clear()
+        fig = self._new_figure()
         wrapped = "\n".join(textwrap.wrap(message, width=int(self.figsize[0] * 9)))
         fig.text(0.5, 0.5, wrapped, ha="center", va="center", fontsize=12, color="#7a2e00",
                  bbox=dict(boxstyle="round,pad=0.8", facecolor="#fff4e5", edgecolor="#e0a040"))

@@ -26,7 +26,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 
 __all__ = ["Sweep", "Results", "save", "load", "plot_sweep", "plot_weight_norm", "plot_loss_curves",
-           "OutcomeAgreement", "compare_outcomes"]
+           "OutcomeAgreement", "compare_outcomes", "edge_of_divergence"]
 
 _ARRAYS = ("lrs", "seeds", "loss", "weight_norm", "diverged_at", "hit_at", "threshold", "weights")
 _META = ("optimizer", "label", "hyper", "problem", "info")
@@ -339,3 +339,14 @@ def compare_outcomes(hit_at, diverged_at, saved_hit_at, saved_diverged_at, horiz
     both = within[0] & within[2]
     gaps = np.abs(arrays[0][both] - arrays[2][both]) / np.maximum(arrays[2][both], 1)
     return OutcomeAgreement(not mismatched, mismatched, float(gaps.max()) if gaps.size else 0.0)
+
+
+def edge_of_divergence(diverged) -> np.ndarray:
+    """Lanes at the edge of stability: not diverged, but the next larger learning rate
+    (the next entry along the last axis, rates ascending) diverged. Their losses are
+    chaotic -- a float32 rerun on another CPU can land a few percent away, or blow up
+    further -- so reproductions compare only their outcome."""
+    diverged = np.asarray(diverged, dtype=bool)
+    edge = np.zeros_like(diverged)
+    edge[..., :-1] = ~diverged[..., :-1] & diverged[..., 1:]
+    return edge

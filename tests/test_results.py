@@ -99,3 +99,10 @@ def test_compare_outcomes_rejects_bad_input():
         compare_outcomes([1], [1], [1], [1], horizon=0)
     with pytest.raises(ValueError, match="one shape"):
         compare_outcomes([1, 2], [1], [1], [1], horizon=10)
+
+
+def test_edge_of_divergence_marks_the_last_stable_rate_before_a_diverged_one():
+    from isolab.results import edge_of_divergence
+
+    diverged = np.array([[False, False, True, True], [False, True, False, True], [False] * 4])
+    assert edge_of_divergence(diverged).tolist() == [[False, True, False, False], [True, False, True, False], [False] * 4]
