@@ -1,6 +1,7 @@
 # The isolab book and library. Two commands do everything on a fresh machine:
 #   make book   execute every chapter and render the website into _build/html
-#   make test   the whole test suite (library, chapters with nbval, the site in Chromium)
+#   make test   the whole test suite (library, chapters with nbval under another CPU's
+#               kernels, the build's outputs against the committed ones, the site in Chromium)
 # Both set up the pinned environment in .venv first.
 
 SHELL := /bin/bash
@@ -36,12 +37,13 @@ $(COLAB_ENV)/.installed: $(STAMP)
 	touch $@
 colab-env: $(COLAB_ENV)/.installed
 
-# The book build's own execution of every chapter (default environment) against the
-# committed checked outputs; nbval then executes the chapters again in an environment
-# that stands in for another CPU (ATen's scalar kernels, MKL's compatible path, one thread).
+# Checked outputs must print the same on any CPU, and the suite tries two environments:
+# the book build's own execution of every chapter (this machine's kernels; compared with
+# the committed outputs by check-outputs), and nbval's execution under PERTURBED, which
+# stands in for another CPU (ATen's scalar kernels, MKL's compatible path, one thread).
+PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 check-outputs: $(STAMP)
 	$(PY) scripts/check_outputs.py
-PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 test: book chromium colab-env
 	$(PY) scripts/check_outputs.py

@@ -15,10 +15,11 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urljoin, urlparse
 
 import pytest
 
@@ -101,6 +102,16 @@ def test_site_has_pages():
     assert any(p.startswith("book/ch") for p in pages), "the site has no chapter pages"
 
 
+REFRESH = re.compile(r'<meta\s+http-equiv="refresh"\s+content="\d+;\s*url=([^"]+)"', re.IGNORECASE)
+
+
+def redirect_target(url: str) -> str | None:
+    """Where the built page at ``url`` redirects with a meta refresh, if it does."""
+    path = SITE / urlparse(url).path.lstrip("/")
+    match = REFRESH.search(path.read_text(errors="replace")[:2000]) if path.is_file() else None
+    return match.group(1) if match else None
+
+
 class PageVisit:
     """Open one page, recording console errors and blocked requests."""
 
@@ -117,6 +128,9 @@ class PageVisit:
         # reasons that have nothing to do with the page): the load event here, then
         # MathJax's startup promise and each explorable's first frame (wait_for_page).
         self.page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT_MS)
+        target = redirect_target(url)
+        if target:  # a meta-refresh page (the site's root): wait for the page it leads to
+            self.page.wait_for_url(urljoin(url, target), wait_until="load", timeout=PAGE_TIMEOUT_MS)
 
     def _route(self, route) -> None:
         url = route.request.url
