@@ -1,4 +1,4 @@
-r"""A section's checks, printed for people: one line per claim, "claim — measured — expected".
+r"""A section's checks, printed for people: each claim with what was measured and what it expects.
 
 Chapters check what they say by computing it. A column of ``True`` tells a reader
 nothing, and the fourth digit of a float32 training loss changes from one CPU to the
@@ -11,11 +11,12 @@ the caller chooses to match the claim::
         Check("Adam's twin gap is percent-level", f"{adam:.2f}", "> 0.01", adam > 0.01),
     ])
 
-gives::
+gives (two short lines per claim, so that the table fits a page)::
 
-    claim                                  measured  expected  holds
-    Iso's twin gap stays at rounding level    2e-12   < 1e-10  yes
-    Adam's twin gap is percent-level           0.13    > 0.01  yes
+    yes  Iso's twin gap stays at rounding level
+         measured 2e-12; expected < 1e-10
+    yes  Adam's twin gap is percent-level
+         measured 0.13; expected > 0.01
 
 :func:`decade` formats a measured value coarsely enough to print the
 same on every machine when only its size matters.
@@ -50,17 +51,15 @@ def format_report(checks: Iterable[Check], title: str | None = None) -> str:
             raise TypeError(f"expected Check rows, got {type(row).__name__}: {row!r}")
         if not isinstance(row.holds, (bool, np.bool_)):
             raise TypeError(f"Check.holds must be a bool, got {type(row.holds).__name__} for {row.claim!r}")
-    widths = [max(len(h), *(len(str(r[i])) for r in rows)) for i, h in enumerate(("claim", "measured", "expected"))]
     lines = [title] if title else []
-    lines.append(f"{'claim':<{widths[0]}}  {'measured':>{widths[1]}}  {'expected':>{widths[2]}}  holds")
     for r in rows:
-        lines.append(f"{r.claim:<{widths[0]}}  {r.measured:>{widths[1]}}  {r.expected:>{widths[2]}}  "
-                     f"{'yes' if r.holds else 'NO'}")
+        lines.append(f"{'yes' if r.holds else 'NO ':3s}  {r.claim}")
+        lines.append(f"     measured {r.measured}; expected {r.expected}")
     return "\n".join(lines)
 
 
 def report(checks: Iterable[Check], title: str | None = None) -> None:
-    """Print a section's checks as one aligned table (see the module docstring)."""
+    """Print a section's checks, two lines per claim (see the module docstring)."""
     print(format_report(checks, title))
 
 

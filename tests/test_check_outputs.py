@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import nbformat
 import pytest
+from scripts_loader import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_module():
-    spec = importlib.util.spec_from_file_location("check_outputs", ROOT / "scripts" / "check_outputs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-check = load_module()
+check = load_script("check_outputs")
 
 
 def stream(text, name="stdout"):

@@ -3,25 +3,13 @@ scripts/explorable_sweeps.py computes."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from scripts_loader import load_script
 
 from isolab.results import edge_of_divergence
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("explorable_sweeps", ROOT / "scripts" / "explorable_sweeps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-script = load_script()
+script = load_script("explorable_sweeps")
 
 
 @pytest.fixture(scope="module")
