@@ -5,7 +5,9 @@ Runs each chapter's code in-process with ``ISOLAB_EXPLORABLE=none`` (figures are
 nothing is displayed), then times what a slider move costs in Jupyter: the drawing
 function plus PNG encoding, at random points of the slider grid. It prints wall-clock and
 CPU time: on a shared machine the wall clock includes waiting for other processes, and
-the target counts as met when either median is under it. With ``--static`` it also
+the target counts as met when either median is under it. A fixed reference figure is
+timed before and after the chapters: on a shared machine the speed drifts between runs
+(by up to half here), and the reference shows how fast the machine was. With ``--static`` it also
 renders every frame of the website version and prints its size (budget 2 MB).
 
 Usage: python benchmarks/bench_explorables.py [--repeats 30] [--static] [book/ch01_*.ipynb ...]
@@ -120,6 +122,27 @@ def time_redraws(explorable, repeats: int, seed: int = 0) -> tuple[list[float], 
     return wall, cpu
 
 
+def reference_redraw_ms(repeats: int = 15) -> float:
+    """Median time of one fixed three-panel figure (lines, ticks, titles, PNG): how fast this
+    machine redraws *now*. Shared machines drift by tens of percent between runs; printed
+    before and after the chapters, it tells a slow run from a slow figure."""
+    import numpy as np
+
+    from isolab.explorable import Explorable, Slider
+
+    x = np.linspace(0, 1, 200)
+
+    def draw(fig, k):
+        for i, ax in enumerate(fig.subplots(1, 3)):
+            ax.plot(x, np.sin((k + i) * 6 * x), lw=1.5, label="curve")
+            ax.set(title=f"panel {i}, k = {k}", xlabel="x", ylabel="y", xticks=[0, 0.5, 1], yticks=[-1, 0, 1])
+            ax.legend(frameon=False, fontsize=8)
+
+    reference = Explorable(draw, [Slider("k", [1, 2, 3])], figsize=(10, 3.5))
+    reference.png()
+    return statistics.median(time_redraws(reference, repeats)[0])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path)
@@ -130,6 +153,7 @@ def main() -> int:
     chapters = args.chapters or sorted((ROOT / "book").glob("*.ipynb"))
     failures = 0
     torch.set_num_threads(1)  # a slider redraw is single-threaded work; keep the CPU clock honest
+    print(f"reference three-panel figure: {reference_redraw_ms():.0f} ms per redraw (before the chapters)", flush=True)
     print(f"{'chapter':28s} {'figure':26s} {'wall median':>11s} {'p90':>6s} {'cpu median':>10s}  budget"
           + ("   frames   size MB  build s" if args.static else ""))
     for path in chapters:
@@ -152,6 +176,7 @@ def main() -> int:
         changed = restore_global_state(saved)
         if changed:
             print(f"{'':28s} (restored after {path.stem}: {', '.join(changed)})", flush=True)
+    print(f"reference three-panel figure: {reference_redraw_ms():.0f} ms per redraw (after the chapters)")
     return 1 if failures else 0
 
 
