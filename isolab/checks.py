@@ -18,18 +18,17 @@ gives (two short lines per claim, so that the table fits a page)::
     yes  Adam's twin gap is percent-level
          measured 0.13; expected > 0.01
 
-:func:`decade` formats a measured value coarsely enough to print the
-same on every machine when only its size matters.
+The caller formats ``measured`` at the precision the claim needs, coarse enough to print
+the same on every CPU.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Iterable, NamedTuple
 
 import numpy as np
 
-__all__ = ["Check", "report", "format_report", "decade"]
+__all__ = ["Check", "report", "format_report"]
 
 
 class Check(NamedTuple):
@@ -62,14 +61,3 @@ def report(checks: Iterable[Check], title: str | None = None) -> None:
     """Print a section's checks, two lines per claim (see the module docstring)."""
     print(format_report(checks, title))
 
-
-def decade(value: float) -> str:
-    """The power of ten just below ``value`` (``"1e-12"`` for 4.7e-12): a size that stays
-    the same under the small changes of rounding, unless the value sits at a decade edge."""
-    value = float(value)
-    if not math.isfinite(value):
-        return str(value)
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    return f"{sign}1e{math.floor(math.log10(abs(value))):+03d}"

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from isolab.checks import Check, decade, format_report, report
+from isolab.checks import Check, format_report, report
 
 
 def test_report_says_claim_measured_expected_and_whether_each_claim_holds(capsys):
@@ -26,9 +26,3 @@ def test_report_accepts_numpy_booleans_and_rejects_other_rows():
         format_report([Check("claim", "1", "1", 1)])
     with pytest.raises(ValueError, match="at least one"):
         format_report([])
-
-
-@pytest.mark.parametrize("value, text", [(4.7e-12, "1e-12"), (9.99e-3, "1e-03"), (1.0, "1e+00"), (250.0, "1e+02"),
-                                         (-3e-5, "-1e-05"), (0.0, "0"), (float("nan"), "nan")])
-def test_decade(value, text):
-    assert decade(value) == text
