@@ -22,6 +22,25 @@ named parameters, plus the grid of values each parameter may take::
 The mode comes from the ``ISOLAB_EXPLORABLE`` environment variable (``live`` when unset,
 falling back to ``static`` if ipywidgets is missing).
 
+**The main slider and the caption's promises.** An explorable names its *main* slider,
+the quantity its caption is about, and can state what the caption promises as
+:class:`Promise` objects: a sentence of the caption, a ``measure(**params)`` computed
+with the figure's own computation, and a predicate that must hold for the measured
+values along the main slider, at every setting of the other sliders::
+
+    Explorable(draw, sliders, main="angle",
+               caption="Turn θ: the cloud turns, and the cosine does not change with θ.",
+               promises=[Promise("the cosine does not change with θ", mean_cosine, constant(atol=0.02))])
+
+:meth:`Explorable.broken_promises` checks every promise over the whole grid; the website's
+build does so for every explorable it draws (:meth:`Explorable.show` in static mode), and
+the tests for Part I's figure modules call it, so a caption that says "watch X stay put"
+fails when X moves.
+
+Website frames are drawn at ``static_dpi`` (twice :data:`DISPLAY_DPI` by default) and shown
+at :data:`DISPLAY_DPI` CSS pixels per inch of figure, so each frame has twice the pixels
+of its width on the page and stays crisp on high-density screens.
+
 Extreme slider values must never show a traceback or a blank figure. A drawing function
 signals a combination it cannot show by raising :class:`FigureMessage`; the figure then
 shows that message instead. In live mode any other exception is shown the same way (the
@@ -45,7 +64,10 @@ from typing import Any, Callable, Sequence
 
 from matplotlib.figure import Figure  # drawn without pyplot: no backend, no global state
 
-__all__ = ["Slider", "Explorable", "FigureMessage", "MODE_VARIABLE", "registry"]
+__all__ = [
+    "Slider", "Explorable", "FigureMessage", "Promise", "constant", "nondecreasing", "nonincreasing",
+    "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "MIN_MAIN_VALUES", "registry",
+]
 
 MODE_VARIABLE = "ISOLAB_EXPLORABLE"
 _MODES = ("live", "static", "none")
@@ -54,6 +76,10 @@ _MODES = ("live", "static", "none")
 MAX_STATIC_BYTES = 2_000_000
 #: Upper bound on the number of frames one figure may ask for.
 MAX_FRAMES = 400
+#: CSS pixels per inch of figure on the website (frames are drawn at twice this).
+DISPLAY_DPI = 80
+#: Fewest values of a main slider whose quantity varies continuously.
+MIN_MAIN_VALUES = 9
 
 _REGISTRY: "weakref.WeakSet[Explorable]" = weakref.WeakSet()
 
@@ -116,6 +142,79 @@ class Slider:
             return str(value)
 
 
+class _Predicate:
+    """A named test of the values a promise measures along the main slider."""
+
+    def __init__(self, description: str, test: Callable[[list], bool]):
+        self.description, self._test = description, test
+
+    def __call__(self, values: list) -> bool:
+        return bool(self._test(values))
+
+    def __repr__(self) -> str:
+        return self.description
+
+
+def _spread(values) -> tuple[float, float]:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return float(v.max() - v.min()), float(np.abs(v).max())
+
+
+def constant(*, atol: float = 0.0, rtol: float = 0.0) -> _Predicate:
+    """The measured value does not change along the main slider: max − min ≤ atol + rtol·max|v|."""
+    def test(values):
+        spread, size = _spread(values)
+        return spread <= atol + rtol * size
+    return _Predicate(f"constant (max - min <= {atol:g} + {rtol:g}·max|value|)", test)
+
+
+def nondecreasing(*, tol: float = 0.0) -> _Predicate:
+    """Each value is at least the one before it, up to ``tol``."""
+    return _Predicate(f"non-decreasing (tolerance {tol:g})",
+                      lambda v: all(float(b) >= float(a) - tol for a, b in zip(v, v[1:])))
+
+
+def nonincreasing(*, tol: float = 0.0) -> _Predicate:
+    """Each value is at most the one before it, up to ``tol``."""
+    return _Predicate(f"non-increasing (tolerance {tol:g})",
+                      lambda v: all(float(b) <= float(a) + tol for a, b in zip(v, v[1:])))
+
+
+def always(test: Callable[[Any], bool], description: str) -> _Predicate:
+    """``test(value)`` holds at every value of the main slider."""
+    return _Predicate(description, lambda values: all(bool(test(v)) for v in values))
+
+
+@dataclass(frozen=True)
+class Promise:
+    """One thing an explorable's caption promises the reader will see.
+
+    ``text`` is the caption's words (it must appear in the caption); ``measure(**params)``
+    computes the quantity with the figure's own computation at one grid point; ``holds``
+    (see :func:`constant`, :func:`nondecreasing`, :func:`nonincreasing`, :func:`always`)
+    tests the measured values along the main slider, for every setting of the others.
+    """
+
+    text: str
+    measure: Callable[..., Any]
+    holds: Callable[[list], bool]
+
+
+@dataclass(frozen=True)
+class BrokenPromise:
+    """Where a promise fails: the other sliders' setting and the values along the main one."""
+
+    promise: Promise
+    setting: dict
+    values: list
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else repr(v) for v in self.values)
+        return f"{self.promise.text!r} is not {self.promise.holds!r} at {self.setting}: [{shown}]"
+
+
 class Explorable:
     """A figure drawn by ``draw(fig, **params)`` over the grid spanned by ``sliders``.
 
@@ -134,6 +233,11 @@ class Explorable:
         size of a full-colour one).
     caption:
         Optional text under the sliders (alt text of the image on the website).
+    main:
+        The name of the slider the caption is about (see the module docstring).
+    promises:
+        What the caption promises, as :class:`Promise` objects; each one's ``text`` must
+        appear in ``caption``.
     trains:
         Whether a redraw runs a training computation. The book's budget for a live
         redraw is 300 ms for such figures and 150 ms for the others
@@ -149,9 +253,11 @@ class Explorable:
         *,
         figsize: tuple[float, float] = (9.0, 3.4),
         dpi: int = 90,
-        static_dpi: int = 80,
+        static_dpi: int = 2 * DISPLAY_DPI,
         static_colors: int = 64,
         caption: str = "",
+        main: str | None = None,
+        promises: Sequence[Promise] = (),
         trains: bool = False,
         max_frames: int = MAX_FRAMES,
         max_static_bytes: int = MAX_STATIC_BYTES,
@@ -172,6 +278,18 @@ class Explorable:
                 f"the slider grid has {n_frames} combinations, more than max_frames={max_frames}; "
                 "use fewer values per slider (every combination becomes a frame on the website)"
             )
+        if main is not None and main not in names:
+            raise ValueError(f"main={main!r} is not one of the sliders {names}")
+        promises = tuple(promises)
+        for promise in promises:
+            if not isinstance(promise, Promise):
+                raise TypeError(f"promises must be Promise objects, got {type(promise).__name__}: {promise!r}")
+            if main is None:
+                raise ValueError("promises are checked along the main slider: name it with main=...")
+            if promise.text not in caption:
+                raise ValueError(f"the promise {promise.text!r} does not appear in the caption {caption!r}")
+        self.main = main
+        self.promises = promises
         self.draw = draw
         self.sliders = sliders
         self.figsize = figsize
@@ -188,6 +306,29 @@ class Explorable:
         self._margins: dict[str, float] | None = None
         self._serial = next(self._counter)
         _REGISTRY.add(self)
+
+    # ------------------------------------------------------- caption promises
+    @property
+    def main_slider(self) -> Slider | None:
+        """The :class:`Slider` named by ``main`` (None if the explorable names none)."""
+        return next((s for s in self.sliders if s.name == self.main), None)
+
+    def broken_promises(self) -> list[BrokenPromise]:
+        """Check every promise over the whole grid: for each setting of the other sliders,
+        measure along the main slider and test. Returns where a promise fails (empty
+        when the caption tells the truth everywhere)."""
+        main = self.main_slider
+        if main is None:
+            return []
+        others = [s for s in self.sliders if s is not main]
+        broken = []
+        for promise in self.promises:
+            for combo in itertools.product(*(s.values for s in others)):
+                setting = {s.name: v for s, v in zip(others, combo)}
+                values = [promise.measure(**setting, **{main.name: v}) for v in main.values]
+                if not promise.holds(values):
+                    broken.append(BrokenPromise(promise, setting, values))
+        return broken
 
     # ------------------------------------------------------------------ drawing
     def defaults(self) -> dict[str, Any]:
@@ -328,7 +469,8 @@ class Explorable:
         return (
             f'<div class="isolab-explorable" id="isolab-explorable-{self._serial}">'
             f'<div class="isolab-controls">{controls}</div>{caption}'
-            f'<img class="isolab-frame" alt="{alt}" src="{uris[index[key]]}">'
+            f'<img class="isolab-frame" alt="{alt}" style="width: {round(self.figsize[0] * DISPLAY_DPI)}px" '
+            f'src="{uris[index[key]]}">'
             f'<script type="application/json" class="isolab-explorable-data">{data}</script>'
             "</div>"
         )
@@ -385,4 +527,11 @@ class Explorable:
         if mode == "live":
             display(self.widget())
         elif mode == "static":
+            self.check_promises()  # the website's build fails on a caption that does not hold
             display(HTML(self.static_html()))
+
+    def check_promises(self) -> None:
+        """Raise ``AssertionError`` naming every place where a caption promise fails."""
+        broken = self.broken_promises()
+        if broken:
+            raise AssertionError("the caption promises what the figure does not show:\n" + "\n".join(map(str, broken[:5])))

@@ -99,13 +99,23 @@ def gaussian_features(
     device=None,
 ) -> torch.Tensor:
     r"""A batch ``X`` of shape ``(*sample_shape, batch, d)`` with rows
-    :math:`x = \Sigma^{1/2} z`, :math:`z \sim \mathcal N(0, I_d)`.
+    :math:`x = R(\theta)\,\Lambda^{1/2} z`, :math:`z \sim \mathcal N(0, I_d)`, so that
+    :math:`\operatorname{Cov}(x) = R\Lambda R^\top = \Sigma`.
 
-    ``sample_shape`` adds independent leading dimensions (for example one batch per
-    seed or per learning rate).
+    The rotation acts on the samples themselves: with the same generator, changing
+    ``angle`` turns the *same* cloud of points (``X(θ) = X(0) R(θ)ᵀ``), and everything
+    that depends only on the Gram matrix :math:`XX^\top` stays exactly the same. (Multiplying
+    ``z`` by the symmetric root :math:`\Sigma^{1/2}` would give the same distribution but a
+    different cloud for every angle, mixing the effect of the rotation with that of a
+    new draw.) ``sample_shape`` adds independent leading dimensions (for example one batch
+    per seed or per learning rate).
     """
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     _check_dim(d)
     z = torch.randn(*sample_shape, batch, d, generator=generator, dtype=dtype, device=device)
-    return z @ covariance_sqrt(d, condition_number, angle, dtype=dtype, device=device)
+    lam = spectrum(d, condition_number, dtype=dtype, device=device)
+    scaled = z * lam.sqrt()
+    if angle == 0:
+        return scaled
+    return scaled @ pair_rotation(d, angle, dtype=dtype, device=device).T

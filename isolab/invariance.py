@@ -10,7 +10,8 @@ step-size principle* when ``||update(X A, G B)|| = ||update(X, G)||``.
 This module draws such transforms with a chosen condition number and measures the
 response:
 
-- :func:`random_orthogonal`: Haar-distributed orthogonal matrices (condition number 1).
+- :func:`random_orthogonal`: Haar-distributed orthogonal matrices (condition number 1), from
+  :func:`isolab.linalg.random_orthogonal`.
 - :func:`random_invertible`: ``U diag(s) V^T`` with Haar ``U``, ``V`` and singular values
   ``s`` spaced geometrically from ``sqrt(kappa)`` down to ``1/sqrt(kappa)`` (so the
   condition number is exactly ``kappa`` and ``|det| = 1``).  ``kappa = 1`` gives a random
@@ -38,7 +39,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .linalg import _check_matrix, covariance, msign
+from .linalg import _check_matrix, covariance, msign, random_orthogonal  # noqa: F401 (re-exported)
 
 __all__ = [
     "random_orthogonal",
@@ -87,23 +88,6 @@ def geometric_spectrum(n: int, condition_number: float, *, dtype=torch.float64, 
         return torch.ones(1, dtype=dtype, device=device)
     exponents = torch.linspace(0.5, -0.5, n, dtype=dtype, device=device)
     return torch.as_tensor(kappa, dtype=dtype, device=device) ** exponents
-
-
-def random_orthogonal(
-    n: int, *, generator: torch.Generator, sample_shape: Sequence[int] = (), dtype=torch.float64, device=None
-) -> Tensor:
-    r"""Haar-random orthogonal ``n x n`` matrices, shape ``(*sample_shape, n, n)``.
-
-    QR of a standard Gaussian matrix with the column signs fixed so that ``R`` has a
-    positive diagonal (without the fix the distribution is not Haar).
-    """
-    n = _check_n(n)
-    shape = _shape(sample_shape)
-    Z = torch.randn(*shape, n, n, generator=generator, dtype=dtype, device=device)
-    Q, R = torch.linalg.qr(Z)
-    signs = torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))
-    signs = torch.where(signs == 0, torch.ones_like(signs), signs)
-    return Q * signs.unsqueeze(-2)
 
 
 def random_invertible(

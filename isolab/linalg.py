@@ -56,6 +56,7 @@ __all__ = [
     "covariance",
     "whiten",
     "canonical_correlations",
+    "random_orthogonal",
 ]
 
 #: Keller Jordan's quintic Newton--Schulz coefficients ``(a, b, c)`` used by Muon: the map
@@ -919,3 +920,33 @@ def canonical_correlations(X: Tensor, G: Tensor, center: bool = False, damping: 
     Bg = _whitened_basis(_centered(G.to(dtype), center), damping)
     rho = torch.linalg.svdvals(Bx.mT @ Bg)
     return rho.clamp(0.0, 1.0).to(torch.promote_types(X.dtype, G.dtype))
+
+
+def random_orthogonal(
+    n: int,
+    generator: Optional[torch.Generator] = None,
+    *,
+    sample_shape: Sequence[int] = (),
+    dtype=torch.float64,
+    device=None,
+) -> Tensor:
+    r"""Haar-random orthogonal ``n x n`` matrices, shape ``(*sample_shape, n, n)``: the book's
+    one source of random rotations.
+
+    The QR factorization of a standard Gaussian matrix ``Z = QR`` gives an orthogonal
+    ``Q``, but not a uniformly distributed one: LAPACK's Householder QR fixes the signs of
+    ``R``'s diagonal by its own convention, which biases ``Q`` (for example
+    :math:`\mathbb E[Q_{11}] \ne 0`). Flipping each column of ``Q`` so that ``R`` has a
+    positive diagonal makes the factorization unique, and then ``Q`` inherits the
+    rotation invariance of ``Z``: it is Haar-distributed (Mezzadri, 2007).
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    shape = tuple(sample_shape)
+    if any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in shape):
+        raise ValueError(f"sample_shape must be a sequence of non-negative ints, got {sample_shape!r}")
+    Z = torch.randn(*shape, n, n, generator=generator, dtype=dtype, device=device)
+    Q, R = torch.linalg.qr(Z)
+    signs = torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))
+    signs = torch.where(signs == 0, torch.ones_like(signs), signs)
+    return Q * signs.unsqueeze(-2)

@@ -92,8 +92,10 @@ def _check_int(name, value, low=1):
 class GaussianFeatures:
     r"""Inputs ``x = Sigma^{1/2} z``, ``z ~ N(0, I_n)``: covariance ``Sigma`` with condition
     number ``condition_number`` and rotation ``angle`` (see :mod:`isolab.features`;
-    ``tr Sigma = n``).  ``sample(batch, generator)`` equals
-    :func:`isolab.features.gaussian_features` with the same generator."""
+    ``tr Sigma = n``).  ``sample(batch, generator)`` has the distribution of
+    :func:`isolab.features.gaussian_features`, and the same values at ``angle = 0``; at
+    other angles it multiplies by the symmetric root :math:`\Sigma^{1/2}` (the saved sweeps
+    of Part III were drawn this way) where ``gaussian_features`` rotates one fixed cloud."""
 
     def __init__(self, n: int, condition_number: float = 1.0, angle: float = 0.0):
         self.n = _check_int("n", n)

@@ -48,7 +48,6 @@ __all__ = [
     "ResidualBlock",
     "ResidualNet",
     "rotate_stream",
-    "random_orthogonal",
     "random_skew",
     "rotation",
     "signed_permutation",
@@ -204,13 +203,6 @@ def rotate_stream(model: ResidualNet, Q: Tensor) -> ResidualNet:
             block.out.bias.copy_(block.out.bias @ Q)
     twin.head.weight.copy_(twin.head.weight @ Q)
     return twin
-
-
-def random_orthogonal(n: int, generator: Optional[torch.Generator] = None, dtype=torch.float64) -> Tensor:
-    r"""A Haar-random ``n × n`` orthogonal matrix: QR of a Gaussian matrix, signs fixed by ``diag(R) > 0``."""
-    A = torch.randn(n, n, generator=generator, dtype=dtype)
-    Q, R = torch.linalg.qr(A)
-    return Q * torch.sign(torch.diagonal(R)).unsqueeze(-2)
 
 
 def random_skew(n: int, generator: Optional[torch.Generator] = None, dtype=torch.float64) -> Tensor:

@@ -415,7 +415,7 @@ class RegressionTask:
     def __init__(self, d_in: int = 64, d_out: int = 16, cond: float = 100.0, noise: float = 0.1, seed: int = 1):
         gen = generator(seed)
         self.d_in, self.d_out, self.noise = d_in, d_out, noise
-        Q, _ = torch.linalg.qr(torch.randn(d_in, d_in, generator=gen, dtype=torch.float64))
+        Q = linalg.random_orthogonal(d_in, gen)
         self._sqrt_cov64 = Q * features.spectrum(d_in, cond).sqrt()
         self.sqrt_cov = self._sqrt_cov64.float()
         self.W1 = torch.randn(d_in, d_in, generator=gen) / math.sqrt(d_in)
@@ -554,13 +554,12 @@ def rotated_gaussian(
     r"""``b`` samples ``x = Q diag(√λ) z`` (rows) with covariance ``Q diag(λ) Qᵀ``.
 
     ``λ`` = :func:`isolab.features.spectrum` ``(n, cond)`` (geometric, mean 1) and ``Q`` a
-    random rotation (QR of a Gaussian matrix, drawn from ``generator``). Unlike
+    Haar-random rotation (:func:`isolab.linalg.random_orthogonal`, drawn from ``generator``). Unlike
     axis-aligned features, every coordinate then mixes large and small variances, which is
     what rounding to a short float format damages.
     """
     _check_dims(b=b, n=n)
-    Q, R = torch.linalg.qr(torch.randn(n, n, generator=generator, dtype=torch.float64))
-    Q = Q * torch.sign(torch.diagonal(R))
+    Q = linalg.random_orthogonal(n, generator)
     Z = torch.randn(b, n, generator=generator, dtype=torch.float64)
     X = (Z * features.spectrum(n, cond).sqrt()) @ Q.T
     return X.to(dtype)

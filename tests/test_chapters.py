@@ -34,6 +34,22 @@ def markdown(nb: dict) -> str:
     return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
+PART_ONE = [p for p in CHAPTERS if p.name[:4] in ("ch01", "ch02", "ch03", "ch04")]
+HIDDEN = {"hide-input", "remove-input", "remove-cell"}
+COLOUR_LITERAL = re.compile(r"""#[0-9a-fA-F]{6}\b|\bcolou?rs?\s*=\s*["'](?!none)[a-zA-Z]""")
+SMALL_FONT = re.compile(r"fontsize\s*=\s*[1-9](?:\.\d+)?\b(?!\.)")
+BARE_BOOL = re.compile(r"(^|[\s:=(])(True|False)($|[\s,.)])", re.MULTILINE)
+
+
+def visible_code(nb: dict) -> list[dict]:
+    """Code cells whose input the website shows."""
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and not HIDDEN & set(c.get("metadata", {}).get("tags", []))]
+
+
+def checked_text(cell: dict) -> str:
+    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o["output_type"] == "stream")
+
+
 def toc_files() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
@@ -70,6 +86,23 @@ class TestChapter:
             exec(compile(first, str(chapter), "exec"), {})
         assert any(f"git+{REPO_URL}@{BRANCH}" in str(arg) for arg in run.call_args.args[0])
 
+    def test_colab_cell_is_first_and_hidden_on_the_website(self, chapter):
+        first = next(c for c in load(chapter)["cells"] if c["cell_type"] == "code")
+        assert "google.colab" in "".join(first["source"])
+        assert "remove-input" in first.get("metadata", {}).get("tags", []), "the Colab cell needs the remove-input tag"
+
+    def test_setup_applies_the_book_style(self, chapter):
+        assert any("style.use()" in src for src in code_cells(load(chapter))[:2]), "the setup cell must call style.use()"
+
+    def test_figures_name_optimizers_and_roles_not_colours(self, chapter):
+        """Colours come from isolab.figures.style (one per optimizer, colour-blind safe)."""
+        bad = [m.group(0) for src in code_cells(load(chapter)) for m in COLOUR_LITERAL.finditer(src)]
+        assert not bad, f"colour literals in the chapter's code (use isolab.figures.style): {bad[:8]}"
+
+    def test_no_text_smaller_than_ten_points(self, chapter):
+        bad = [m.group(0) for src in code_cells(load(chapter)) for m in SMALL_FONT.finditer(src)]
+        assert not bad, f"font sizes under 10 pt: {bad[:8]}"
+
     def test_metadata_has_no_widget_state(self, chapter):
         assert "widgets" not in load(chapter)["metadata"]
 
@@ -90,7 +123,7 @@ class TestChapter:
             assert heading in text, f"missing section: {heading}"
         assert text.count(":class: dropdown") >= 2, "exercises need hidden solutions"
         assert "{cite" in text, "a chapter cites its sources"
-        assert any("Explorable(" in src and ".show()" in src for src in code_cells(nb)), "no explorable figure"
+        assert any(".show()" in src and ("Explorable(" in src or "figures" in src or "ch" in src) for src in code_cells(nb)), "no explorable figure"
         assert any("seed_everything" in src for src in code_cells(nb)[:3]), "seed everything near the top"
 
     def test_built_page_has_a_colab_button_for_this_notebook(self, chapter):
@@ -99,3 +132,31 @@ class TestChapter:
         org_repo = REPO_URL.removeprefix("https://github.com/")
         expected = f"https://colab.research.google.com/github/{org_repo}/blob/{BRANCH}/book/{chapter.name}"
         assert expected in page.read_text(), "Colab launch button missing or pointing elsewhere"
+
+
+@pytest.mark.parametrize("chapter", PART_ONE, ids=lambda p: p.stem)
+class TestPartOneTeachesAtAGlance:
+    """BOOK_STYLE.md, checked where a machine can check it (Part I; Parts II and III follow)."""
+
+    def test_visible_code_cells_are_short(self, chapter):
+        long = [(len("".join(c["source"]).splitlines()), "".join(c["source"])[:60])
+                for c in visible_code(load(chapter)) if len("".join(c["source"]).splitlines()) > 15]
+        assert not long, f"visible code cells over 15 lines (hide them or move the code to isolab.figures): {long}"
+
+    def test_checked_cells_print_claims_not_bare_booleans(self, chapter):
+        cells = [c for c in load(chapter)["cells"] if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
+        bare = [checked_text(c)[:80] for c in cells if BARE_BOOL.search(checked_text(c))]
+        assert not bare, f"checked outputs print bare True/False (use isolab.checks.report): {bare}"
+
+    def test_opens_with_a_hero_figure(self, chapter):
+        """Right after "What you will learn" (and the setup cells): a figure cell, marked by
+        a ``# hero figure`` comment, whose code the website hides or which is a one-liner."""
+        cells = load(chapter)["cells"]
+        learn = next(i for i, c in enumerate(cells) if "What you will learn" in "".join(c["source"]))
+        hero = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and "# hero figure" in "".join(c["source"]).lower()]
+        assert hero, "no cell marked '# hero figure'"
+        cell = cells[hero[0]]
+        assert hero[0] <= learn + 4, "the hero figure must come right after 'What you will learn'"
+        assert all(c["cell_type"] == "code" for c in cells[learn + 1:hero[0]]), "no text between the opening and the hero"
+        assert HIDDEN & set(cell.get("metadata", {}).get("tags", [])) or len("".join(cell["source"]).splitlines()) <= 3
+        assert any(o.get("output_type") == "display_data" for o in cell.get("outputs", [])), "the hero cell shows no figure"

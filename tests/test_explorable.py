@@ -175,3 +175,64 @@ def test_margins_found_at_the_defaults_survive_clearing_and_no_layout_engine_rem
 def test_redraw_budget_depends_on_whether_the_figure_trains():
     assert make().redraw_budget_ms == 150
     assert make(trains=True).redraw_budget_ms == 300
+
+
+# ---------------------------------------------------------------- main slider, promises
+from isolab.explorable import Promise, constant, nondecreasing, nonincreasing, always  # noqa: E402
+
+
+def _promising(measure, holds, text="the value stays put", caption=None, main="t"):
+    def draw(fig, t, k):
+        fig.add_subplot().plot([0, 1], [t, k])
+    return Explorable(draw, [Slider("t", [0, 1, 2, 3]), Slider("k", [1, 2])], main=main,
+                      caption=caption if caption is not None else f"Move t: {text}.",
+                      promises=[Promise(text, measure, holds)])
+
+
+def test_a_kept_promise_reports_nothing():
+    e = _promising(lambda t, k: k, constant(atol=0))
+    assert e.main_slider.name == "t" and e.broken_promises() == []
+
+
+def test_a_broken_promise_names_where_it_breaks():
+    e = _promising(lambda t, k: k * (1 + 0.1 * t), constant(atol=0.05))
+    broken = e.broken_promises()
+    assert [b.setting for b in broken] == [{"k": 1}, {"k": 2}]
+    assert broken[0].values == [1.0, 1.1, 1.2, 1.3] and "stays put" in str(broken[0])
+
+
+def test_predicates():
+    assert nondecreasing()([1, 1, 2]) and not nondecreasing()([1, 0.9]) and nondecreasing(tol=0.2)([1, 0.9])
+    assert nonincreasing()([3, 2, 2]) and not nonincreasing()([1, 2])
+    assert constant(rtol=0.1)([10, 10.5]) and not constant(rtol=0.01)([10, 10.5])
+    assert always(lambda v: v > 0, "positive")([1, 2]) and not always(lambda v: v > 0, "positive")([1, -1])
+    assert "non-decreasing" in repr(nondecreasing())
+
+
+def test_promises_need_a_main_slider_and_their_words_in_the_caption():
+    with pytest.raises(ValueError, match="does not appear in the caption"):
+        _promising(lambda t, k: 0, constant(), caption="Something else.")
+    with pytest.raises(ValueError, match="name it with main"):
+        _promising(lambda t, k: 0, constant(), main=None)
+    with pytest.raises(ValueError, match="main='z' is not one of the sliders"):
+        _promising(lambda t, k: 0, constant(), main="z")
+    with pytest.raises(TypeError, match="Promise objects"):
+        Explorable(lambda fig, t: None, [Slider("t", [0, 1])], main="t", promises=["it works"])
+
+
+def test_website_frames_have_twice_the_pixels_of_their_display_width():
+    from isolab.explorable import DISPLAY_DPI
+
+    e = Explorable(lambda fig, t: fig.add_subplot().plot([0, 1], [0, t]), [Slider("t", [1, 2])], figsize=(4, 2))
+    html_text = e.static_html()
+    assert f"width: {4 * DISPLAY_DPI}px" in html_text
+    from PIL import Image
+    images, _ = e.frames()
+    assert Image.open(io.BytesIO(images[0])).size[0] >= 2 * 4 * DISPLAY_DPI - 1
+
+
+def test_the_website_build_refuses_a_broken_promise(monkeypatch):
+    monkeypatch.setenv(MODE_VARIABLE, "static")
+    e = _promising(lambda t, k: t, constant(atol=0.5))
+    with pytest.raises(AssertionError, match="stays put"):
+        e.show()

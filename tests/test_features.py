@@ -75,3 +75,12 @@ def test_sampling_is_reproducible_and_batched():
 def test_sampling_follows_dtype():
     X = features.gaussian_features(4, 3, dtype=torch.float32, generator=generator(2))
     assert X.dtype == torch.float32
+
+
+def test_rotation_turns_one_fixed_cloud_and_keeps_the_gram_matrix():
+    """Changing the angle rotates the same samples: X(θ) = X(0) R(θ)ᵀ, so X Xᵀ is unchanged."""
+    X0 = features.gaussian_features(16, 6, 50.0, 0.0, generator=generator(7))
+    for angle in (0.3, 0.785):
+        X = features.gaussian_features(16, 6, 50.0, angle, generator=generator(7))
+        torch.testing.assert_close(X, X0 @ features.pair_rotation(6, angle).T)
+        torch.testing.assert_close(X @ X.T, X0 @ X0.T)

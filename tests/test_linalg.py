@@ -412,3 +412,40 @@ def test_canonical_correlations_damping_and_degenerate_cases():
     assert torch.allclose(canonical_correlations(X, X @ randn(32, 3, 3)), torch.ones(3, dtype=F64), atol=1e-8)
     assert torch.equal(canonical_correlations(X, torch.zeros(50, 2, dtype=F64)), torch.zeros(2, dtype=F64))
     assert torch.isfinite(canonical_correlations(randn(33, 3, 8), randn(34, 3, 5))).all()
+
+
+# ------------------------------------------------------------- Haar-random rotations
+def _haar_moments(Q):
+    n = Q.shape[-1]
+    trace = torch.diagonal(Q, dim1=-2, dim2=-1).sum(-1)
+    return {"E Q11": Q[:, 0, 0].mean().item(), "E Q11^2 * n": (n * Q[:, 0, 0].square().mean()).item(),
+            "E tr Q": trace.mean().item(), "E (tr Q)^2": trace.square().mean().item()}
+
+
+def test_random_orthogonal_has_haar_moments():
+    """For Haar Q: E Q11 = 0, E Q11² = 1/n, E tr Q = 0 and E (tr Q)² = 1 (Diaconis & Shahshahani)."""
+    from isolab.linalg import random_orthogonal
+
+    Q = random_orthogonal(5, torch.Generator().manual_seed(0), sample_shape=(40_000,))
+    assert torch.allclose(Q.mT @ Q, torch.eye(5, dtype=torch.float64).expand_as(Q), atol=1e-12)
+    m = _haar_moments(Q)
+    assert abs(m["E Q11"]) < 0.015 and abs(m["E Q11^2 * n"] - 1) < 0.03
+    assert abs(m["E tr Q"]) < 0.03 and abs(m["E (tr Q)^2"] - 1) < 0.05
+
+
+def test_plain_qr_fails_the_same_moments():
+    """The check can fail: QR without the sign fix is not Haar (LAPACK makes R11 < 0)."""
+    Z = torch.randn(40_000, 5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    m = _haar_moments(torch.linalg.qr(Z).Q)
+    assert abs(m["E Q11"]) > 0.1 or abs(m["E tr Q"]) > 0.1
+
+
+def test_random_orthogonal_is_seeded_and_validates():
+    from isolab.linalg import random_orthogonal
+
+    a = random_orthogonal(4, torch.Generator().manual_seed(1))
+    assert torch.equal(a, random_orthogonal(4, torch.Generator().manual_seed(1)))
+    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+        random_orthogonal(0)
+    with pytest.raises(ValueError, match="sample_shape"):
+        random_orthogonal(3, sample_shape=(-1,))

@@ -66,12 +66,18 @@ def test_compression_is_exact(problem):
     torch.testing.assert_close(Xc.mT @ Gc, X.mT @ G)
 
 
-def test_gaussian_features_sample_is_isolab_features():
-    f = GaussianFeatures(8, 100.0, 0.3)
-    a = f.sample(5, torch.Generator().manual_seed(4))
-    b = features.gaussian_features(5, 8, 100.0, 0.3, generator=torch.Generator().manual_seed(4))
+def test_gaussian_features_sample_matches_isolab_features():
+    """Same values at angle 0; at other angles the same distribution (the same Gram
+    matrices: the two differ by a rotation of each sample, both have covariance Σ)."""
+    a = GaussianFeatures(8, 100.0).sample(5, torch.Generator().manual_seed(4))
+    b = features.gaussian_features(5, 8, 100.0, generator=torch.Generator().manual_seed(4))
     torch.testing.assert_close(a, b)
+    f = GaussianFeatures(8, 100.0, 0.3)
     torch.testing.assert_close(f.sigma_sqrt @ f.sigma_sqrt, f.sigma)
+    a = f.sample(4000, torch.Generator().manual_seed(5))
+    b = features.gaussian_features(4000, 8, 100.0, 0.3, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(a.T @ a / 4000, f.sigma, rtol=0.1, atol=0.1)
+    torch.testing.assert_close(b.T @ b / 4000, f.sigma, rtol=0.1, atol=0.1)
 
 
 def test_one_step_regression_first_steps():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from isolab import residual as R
+from isolab.linalg import random_orthogonal
 from isolab.optim import Iso, Muon, SignSGD
 from isolab.seeding import generator
 
@@ -35,7 +36,7 @@ def _x(n=64, d=8, seed=9):
 )
 def test_twin_has_identical_outputs_different_weights_and_a_rotated_stream(kw):
     net = _net(**kw)
-    Q = R.random_orthogonal(16, generator(3))
+    Q = random_orthogonal(16, generator(3))
     twin = R.rotate_stream(net, Q)
     x = _x()
     assert (net(x) - twin(x)).abs().max().item() < 1e-12
@@ -51,7 +52,7 @@ def test_twin_has_identical_outputs_different_weights_and_a_rotated_stream(kw):
 def test_rotation_recipe_in_the_row_convention_against_numpy():
     """E -> EQ, A -> QᵀA, B -> BQ, U -> QᵀU written with the row-convention matrices (W = weightᵀ)."""
     net = _net(depth=1, hidden_bias=False)
-    Q = R.random_orthogonal(16, generator(4))
+    Q = random_orthogonal(16, generator(4))
     twin = R.rotate_stream(net, Q)
     q = Q.numpy()
     E, A, B, U = (m.weight.detach().numpy().T for m in (net.embed, net.blocks[0].inp, net.blocks[0].out, net.head))
@@ -68,7 +69,7 @@ def test_rotation_recipe_in_the_row_convention_against_numpy():
 
 def test_layer_norm_breaks_the_twin_and_a_varying_gain_is_refused():
     net = _net(norm="layer")
-    twin = R.rotate_stream(net, R.random_orthogonal(16, generator(3)))
+    twin = R.rotate_stream(net, random_orthogonal(16, generator(3)))
     assert R.output_gap(net, twin, _x()) > 1e-2
     gained = _net(norm="rms", norm_gain=True)
     with torch.no_grad():
@@ -89,7 +90,7 @@ def test_rotate_stream_refuses_bad_q():
 
 def test_gradients_of_the_twin_are_the_rotated_gradients():
     net = _net(stream_bias=True)
-    Q = R.random_orthogonal(16, generator(5))
+    Q = random_orthogonal(16, generator(5))
     twin = R.rotate_stream(net, Q)
     x, y = _x(), torch.randn(64, 4, generator=generator(6), dtype=torch.float64)
     for m in (net, twin):
@@ -104,9 +105,9 @@ def test_gradients_of_the_twin_are_the_rotated_gradients():
 
 
 def test_random_orthogonal_skew_rotation_and_signed_permutation():
-    Q = R.random_orthogonal(7, generator(1))
+    Q = random_orthogonal(7, generator(1))
     assert torch.allclose(Q.T @ Q, torch.eye(7, dtype=torch.float64), atol=1e-13)
-    assert not torch.equal(Q, R.random_orthogonal(7, generator(2)))
+    assert not torch.equal(Q, random_orthogonal(7, generator(2)))
     K = R.random_skew(6, generator(1))
     assert torch.equal(K, -K.T)
     assert torch.linalg.matrix_norm(K, ord=2).item() == pytest.approx(1.0, rel=1e-12)
@@ -124,7 +125,7 @@ def test_random_orthogonal_skew_rotation_and_signed_permutation():
     assert torch.equal(P.T @ P, torch.eye(9, dtype=torch.float64))
     M = torch.randn(5, 9, generator=generator(4), dtype=torch.float64)
     assert torch.equal(torch.sign(M @ P), torch.sign(M) @ P)  # sign commutes with signed permutations
-    O = R.random_orthogonal(9, generator(5))
+    O = random_orthogonal(9, generator(5))
     assert not torch.allclose(torch.sign(M @ O), torch.sign(M) @ O)  # ...but not with a general rotation
 
 
@@ -146,7 +147,7 @@ def test_regression_data_is_seeded_and_shaped():
 def _twins(Q=None, steps=15, **kw):
     data = R.regression_data(steps, 32, generator=generator(1))
     net = _net(**kw)
-    Q = R.random_orthogonal(16, generator(3)) if Q is None else Q
+    Q = random_orthogonal(16, generator(3)) if Q is None else Q
     return net, R.rotate_stream(net, Q), data
 
 
