@@ -59,6 +59,7 @@ import json
 import os
 import textwrap
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -76,6 +77,8 @@ _MODES = ("live", "static", "none")
 MAX_STATIC_BYTES = 2_000_000
 #: Upper bound on the number of frames one figure may ask for.
 MAX_FRAMES = 400
+#: How many frames a live widget keeps, so that revisiting a setting costs nothing.
+LIVE_CACHE_FRAMES = 128
 #: CSS pixels per inch of figure on the website (frames are drawn at twice this).
 DISPLAY_DPI = 80
 #: Fewest values of a main slider whose quantity varies continuously.
@@ -493,8 +496,19 @@ class Explorable:
             for s in self.sliders
         }
 
+        cache: "OrderedDict[tuple, bytes]" = OrderedDict()
+
         def redraw(_change=None) -> None:
-            image.value = self.png(**{name: w.value for name, w in controls.items()})
+            # A slider dragged back and forth revisits settings: keep the last frames drawn.
+            params = {name: w.value for name, w in controls.items()}
+            key = tuple(s.values.index(params[s.name]) for s in self.sliders)
+            if key in cache:
+                cache.move_to_end(key)
+            else:
+                cache[key] = self.png(**params)
+                if len(cache) > LIVE_CACHE_FRAMES:
+                    cache.popitem(last=False)
+            image.value = cache[key]
 
         for w in controls.values():
             w.observe(redraw, names="value")

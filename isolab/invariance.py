@@ -39,10 +39,9 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .linalg import _check_matrix, covariance, msign, random_orthogonal  # noqa: F401 (re-exported)
+from .linalg import _check_matrix, covariance, msign, random_orthogonal  # noqa: F401 (kept as invariance.random_orthogonal)
 
 __all__ = [
-    "random_orthogonal",
     "random_invertible",
     "random_positive_diagonal",
     "geometric_spectrum",

@@ -36,7 +36,7 @@ def markdown(nb: dict) -> str:
 
 PART_ONE = [p for p in CHAPTERS if p.name[:4] in ("ch01", "ch02", "ch03", "ch04")]
 HIDDEN = {"hide-input", "remove-input", "remove-cell"}
-COLOUR_LITERAL = re.compile(r"""#[0-9a-fA-F]{6}\b|\bcolou?rs?\s*=\s*["'](?!none)[a-zA-Z]""")
+COLOUR_LITERAL = re.compile(r"""["']#[0-9a-fA-F]{3,8}["']|\b(?:face|edge)?colou?rs?\s*=\s*["'](?!none["'])""")
 SMALL_FONT = re.compile(r"fontsize\s*=\s*[1-9](?:\.\d+)?\b(?!\.)")
 BARE_BOOL = re.compile(r"(^|[\s:=(])(True|False)($|[\s,.)])", re.MULTILINE)
 

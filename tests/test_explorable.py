@@ -129,6 +129,22 @@ def test_widget_redraws_when_a_slider_moves():
     assert bytes(image.value) == make().png(slope=2, offset=-1)
 
 
+def test_widget_keeps_frames_it_has_drawn(monkeypatch):
+    """Dragging a slider back to a setting shows the frame drawn before, without redrawing."""
+    pytest.importorskip("ipywidgets")
+    e = make()
+    box = e.widget()
+    slider, image = box.children[0].children[0], box.children[-1]
+    first = bytes(image.value)
+    slider.value = 2
+    calls = []
+    monkeypatch.setattr(e, "png", lambda **p: calls.append(p) or b"new")
+    slider.value = e.sliders[0].default
+    assert bytes(image.value) == first and calls == []
+    slider.value = 0
+    assert calls and bytes(image.value) == b"new"
+
+
 def test_layout_is_fitted_at_the_defaults_whatever_is_drawn_first():
     a, b = make(), make()
     a.png(slope=2, offset=1)

@@ -123,3 +123,24 @@ def test_colorbar_is_labelled():
     ax = fig.add_subplot()
     bar = style.colorbar(fig, ax.imshow(np.eye(3)), ax, "entry")
     assert bar.ax.get_ylabel() == "entry"
+
+
+def test_chapter_figure_modules_take_colours_from_the_style():
+    """isolab/figures/chNN.py name optimizers and roles; only style.py holds colours."""
+    import re
+    from pathlib import Path
+
+    literal = re.compile(r"""["']#[0-9a-fA-F]{3,8}["']|\b(?:face|edge)?colou?rs?\s*=\s*["'](?!none["'])""")
+    folder = Path(style.__file__).parent
+    bad = {p.name: literal.findall(p.read_text()) for p in sorted(folder.glob("ch*.py"))}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"colour literals in chapter figure modules: {bad}"
+
+
+def test_importing_isolab_does_not_import_the_figures():
+    import subprocess
+    import sys
+
+    code = "import isolab, isolab.optim, sys; print('isolab.figures' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

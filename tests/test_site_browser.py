@@ -4,7 +4,8 @@ Serves ``_build/html`` on 127.0.0.1 and drives Debian's Chromium with Playwright
 every page it fails on: a console error or uncaught exception, a request that leaves
 127.0.0.1 (the site must work offline and privately), math that MathJax did not render,
 an image that did not load, and a kernel-free explorable whose figure does not change
-when a slider moves (or whose frames exceed the 2 MB budget).
+when a slider moves, whose frames exceed the 2 MB budget, or whose frames have fewer than
+twice the pixels of the width the page shows them at.
 
 ``make test`` builds the site and installs Chromium first. Set ``ISOLAB_SCREENSHOTS=dir``
 to save a full-page screenshot of every page.
@@ -200,6 +201,10 @@ def check_explorable(root) -> None:
     payload = root.locator("script.isolab-explorable-data").inner_text()
     assert len(payload) < MAX_EXPLORABLE_BYTES, f"explorable frames take {len(payload)} bytes"
     image = root.locator("img.isolab-frame")
+    natural, shown = image.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+    assert shown > 0 and natural >= 2 * shown - 1, (
+        f"a frame {natural} px wide is shown {shown:.0f} px wide: draw it at twice the width the page shows "
+        "(high-density screens)")
     sliders = root.locator("input[type=range]")
     assert sliders.count() >= 1
     for i in range(sliders.count()):
