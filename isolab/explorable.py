@@ -409,7 +409,9 @@ class Explorable:
         fig = self.render(strict=strict, **params)
         buf = io.BytesIO()
         # light compression: a slider move should not wait for zlib's best effort
-        fig.savefig(buf, format="png", dpi=dpi or self.dpi, pil_kwargs={"compress_level": 1})
+        # bbox_inches=None whatever the rc says: a tight box would draw twice and let the
+        # frame size change from one setting to the next
+        fig.savefig(buf, format="png", dpi=dpi or self.dpi, bbox_inches=None, pil_kwargs={"compress_level": 1})
         return buf.getvalue()
 
     # ------------------------------------------------------------ static frames

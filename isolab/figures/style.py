@@ -140,7 +140,6 @@ def rc() -> dict:
         "figure.figsize": (FIG_WIDTH, 3.6),
         "figure.dpi": DISPLAY_DPI,
         "savefig.dpi": 2 * DISPLAY_DPI,
-        "savefig.bbox": "tight",
         "axes.grid": False,
         "mathtext.fontset": "dejavusans",
     }
