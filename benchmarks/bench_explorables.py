@@ -85,10 +85,20 @@ def run_chapter(path: Path):
     after timing)."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from isolab.explorable import registry
+    from isolab.explorable import Explorable, registry
 
     path = path.resolve()
     before = set(map(id, registry()))
+    # The registry holds explorables weakly; a chapter that writes `ch01.figure().show()`
+    # keeps no reference, so hold every explorable built while this chapter runs.
+    built: list = []
+    original_init = Explorable.__init__
+
+    def keep(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        built.append(self)
+
+    Explorable.__init__ = keep
     shell = InteractiveShell.instance()
     cwd = os.getcwd()
     os.chdir(path.parent)
@@ -100,11 +110,12 @@ def run_chapter(path: Path):
                 if not result.success:
                     raise RuntimeError(f"{path.name}: a cell failed: {result.error_in_exec or result.error_before_exec}")
     finally:
+        Explorable.__init__ = original_init
         os.chdir(cwd)
         import matplotlib.pyplot as plt
 
         plt.close("all")  # the chapters' static figures; many chapters run in one process
-    return [e for e in registry() if id(e) not in before]
+    return [e for e in built if id(e) not in before]
 
 
 def time_redraws(explorable, repeats: int, seed: int = 0) -> tuple[list[float], list[float]]:

@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple
 
 import numpy as np
+import torch
 
-__all__ = ["Check", "report", "format_report"]
+__all__ = ["Check", "report", "format_report", "gap", "same", "within", "agrees"]
 
 
 class Check(NamedTuple):
@@ -61,3 +62,32 @@ def report(checks: Iterable[Check], title: str | None = None) -> None:
     """Print a section's checks, two lines per claim (see the module docstring)."""
     print(format_report(checks, title))
 
+
+
+def gap(a, b) -> float:
+    """The largest entrywise difference ``max |a - b|`` (a Python float)."""
+    return (torch.as_tensor(a) - torch.as_tensor(b)).abs().max().item()
+
+
+def same(claim: str, A, B, tol: float = 1e-12) -> Check:
+    """A :class:`Check` that ``A`` equals ``B`` entrywise up to ``tol`` (and has its shape).
+    The measured text says which side of the tolerance the largest gap lies on (the gap
+    itself only when it is too large): rounding-level digits differ between CPUs."""
+    A, B = torch.as_tensor(A, dtype=torch.float64), torch.as_tensor(B, dtype=torch.float64)
+    holds = A.shape == B.shape and (gap(A, B) if A.numel() else 0.0) < tol
+    measured = f"largest gap < {tol:.0e}" if holds else (
+        f"largest gap {gap(A, B):.1e}" if A.shape == B.shape else f"shapes {tuple(A.shape)} vs {tuple(B.shape)}")
+    return Check(claim, measured, f"< {tol:.0e}", bool(holds))
+
+
+def within(claim: str, difference: float, tol: float) -> Check:
+    """A :class:`Check` that a difference is at most ``tol``; it prints the bound rather
+    than the difference itself when the claim holds (rounding-level digits differ between CPUs)."""
+    holds = bool(difference <= tol)
+    return Check(claim, f"difference below {tol:.0e}" if holds else f"difference {difference:.1e}", f"<= {tol:.0e}", holds)
+
+
+def agrees(claim: str, value: float, target: float, digits: int = 4, tol: float = 1e-9) -> Check:
+    """A :class:`Check` that ``value`` equals ``target`` to ``tol``, both printed with
+    ``digits`` decimals (coarse enough to print the same on every CPU)."""
+    return Check(claim, f"{value:.{digits}f}", f"{target:.{digits}f}", bool(abs(value - target) <= tol))

@@ -19,6 +19,12 @@ and SignSGD (:math:`U = \operatorname{sign}(X^\top G)`) are compared with the st
 feature move *in their own geometry* (spectral norm, max-entry norm) by
 :func:`optimizer_feature_alignment` and :func:`descent_efficiency` (Chapter 4).
 
+Not every feature move can be made: :math:`\Delta Y = -\eta XU` always lies in the column
+space of :math:`X`, which for :math:`b > d_{in}` is a :math:`d_{in}`-dimensional part of
+:math:`\mathbb R^b`. :func:`reachable_descent_efficiency` compares a move with the best
+*reachable* one, whose direction is the steepest direction of :math:`P_X G`
+(:func:`column_space_projector`).
+
 Everything here is batched over leading dimensions.
 """
 
@@ -43,6 +49,10 @@ __all__ = [
     "update_feature_change",
     "optimizer_feature_change",
     "optimizer_feature_alignment",
+    "optimizer_feature_efficiency",
+    "column_space_projector",
+    "reachable_steepest_direction",
+    "reachable_descent_efficiency",
 ]
 
 
@@ -216,3 +226,100 @@ def optimizer_feature_alignment(X: torch.Tensor, G: torch.Tensor, optimizer: str
     optimizer = _check_optimizer(optimizer)
     target = steepest_direction(G, OPTIMIZERS[optimizer])
     return cosine_similarity(optimizer_feature_change(X, G, 1.0, optimizer), -target)
+
+
+def optimizer_feature_efficiency(X: torch.Tensor, G: torch.Tensor, optimizer: str, *, reachable: bool = False) -> torch.Tensor:
+    r"""Descent efficiency of an optimizer's feature move in the optimizer's *own* norm
+    (Frobenius for SGD, spectral for Muon, max-entry for SignSGD; see
+    :func:`descent_efficiency`): 1 exactly when the step on the weights is also steepest
+    descent on the features in that norm.
+
+    With ``reachable=True`` the move is compared with the best move the layer can make
+    (:func:`reachable_descent_efficiency`); only for SGD and Muon, whose norms have a
+    closed-form reachable optimum.
+    """
+    optimizer = _check_optimizer(optimizer)
+    norm = OPTIMIZERS[optimizer]
+    move = optimizer_feature_change(X, G, 1.0, optimizer)
+    if reachable:
+        return reachable_descent_efficiency(move, G, X, norm)
+    return descent_efficiency(move, G, norm)
+
+
+def column_space_projector(X: torch.Tensor, *, rtol: float | None = None) -> torch.Tensor:
+    r"""The orthogonal projector :math:`P_X = X(X^\top X)^{+}X^\top = U_r U_r^\top`
+    onto the column space of :math:`X` (shape ``(..., b, b)``), from the thin SVD
+    :math:`X = USV^\top`; singular values below ``rtol`` times the largest (default
+    :math:`\max(b, d)\,\epsilon`) count as zero.
+
+    Every feature move of a weight step, :math:`-\eta XU`, satisfies
+    :math:`P_X\,\Delta Y = \Delta Y`; for :math:`b \le d_{in}` and full row rank
+    :math:`P_X = I`. With whitened inputs (:math:`X^\top X = I`) it is :math:`XX^\top`.
+    """
+    basis = _column_basis(X, rtol)
+    return basis @ basis.transpose(-1, -2)
+
+
+def _column_basis(X: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+    """Orthonormal columns spanning col(X), as ``(..., b, min(b, d))`` with the columns
+    beyond the rank set to zero (so ``B B^T = P_X`` and ``P_X G = B (B^T G)``)."""
+    U, S, _ = torch.linalg.svd(X, full_matrices=False)
+    if rtol is None:
+        rtol = max(X.shape[-2], X.shape[-1]) * torch.finfo(X.dtype).eps
+    keep = (S > rtol * S.amax(dim=-1, keepdim=True)).to(X.dtype)
+    return U * keep.unsqueeze(-2)
+
+
+def _project(X: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """:math:`P_X G` without forming the ``b x b`` projector."""
+    basis = _column_basis(X)
+    return basis @ (basis.transpose(-1, -2) @ G)
+
+
+_REACHABLE_NORMS = ("frobenius", "spectral")
+
+
+def _check_reachable_norm(norm: str) -> str:
+    norm = _check_norm(norm)
+    if norm not in _REACHABLE_NORMS:
+        raise ValueError(
+            f"the best reachable move has a closed form for {_REACHABLE_NORMS} only, not {norm!r} "
+            "(for the max-entry norm it is a linear program)"
+        )
+    return norm
+
+
+def reachable_steepest_direction(X: torch.Tensor, G: torch.Tensor, norm: str) -> torch.Tensor:
+    r"""The steepest direction among the feature moves a layer with inputs ``X`` can make
+    (those :math:`D` with :math:`P_X D = D`): the steepest direction of :math:`P_X G`,
+    :math:`P_XG/\|P_XG\|_F` (Frobenius) or :math:`\operatorname{msign}(P_X G)`
+    (spectral). Both lie in the column space of :math:`X`, and for such :math:`D`,
+    :math:`\langle G, D\rangle = \langle P_X G, D\rangle`, so the best value is
+    :math:`\|P_X G\|^\dagger`. Only ``"frobenius"`` and ``"spectral"``."""
+    norm = _check_reachable_norm(norm)
+    if X.shape[:-1] != G.shape[:-1]:
+        raise ValueError(f"X and G must share the batch dimensions, got X {tuple(X.shape)} and G {tuple(G.shape)}")
+    return steepest_direction(_project(X, G), norm)
+
+
+def reachable_descent_efficiency(D: torch.Tensor, G: torch.Tensor, X: torch.Tensor, norm: str) -> torch.Tensor:
+    r"""Descent efficiency against the best *reachable* move:
+
+    .. math:: e_X(D) = \frac{\langle -G, D\rangle}{\|D\|\;\|P_X G\|^\dagger},
+
+    the decrease a move :math:`D` buys divided by the most that any move of the same length
+    *in the column space of* :math:`X` could buy (:func:`reachable_steepest_direction`).
+    For a reachable :math:`D` it lies in :math:`[-1, 1]` and is 1 exactly for the steepest
+    reachable move; it equals :func:`descent_efficiency` when :math:`P_X = I`. SGD's move
+    :math:`-\eta XX^\top G` has :math:`e_X = \cos(XX^\top G, P_X G)` (Frobenius); with
+    whitened inputs (:math:`X^\top X = I`) it is :math:`-\eta P_X G` and Muon's is
+    :math:`-\eta\operatorname{msign}(P_X G)`: both exactly 1. Only ``"frobenius"`` and
+    ``"spectral"``; NaN when ``D`` or :math:`P_X G` is zero."""
+    norm = _check_reachable_norm(norm)
+    if D.shape != G.shape:
+        raise ValueError(f"shapes differ: {tuple(D.shape)} vs {tuple(G.shape)}")
+    if X.shape[:-1] != G.shape[:-1]:
+        raise ValueError(f"X and G must share the batch dimensions, got X {tuple(X.shape)} and G {tuple(G.shape)}")
+    decrease = -(G * D).sum(dim=(-2, -1))
+    scale = matrix_norm(D, norm) * dual_norm(_project(X, G), norm)
+    return torch.where(scale > 0, decrease / scale.clamp_min(torch.finfo(D.dtype).tiny), torch.nan)

@@ -432,23 +432,35 @@ def smooth(values, window: int) -> list[float]:
     return out
 
 
-COLORS = {"adam": "tab:blue", "isoadam": "tab:red", "muon": "tab:green"}
 LABELS = {"adam": "Adam", "isoadam": "IsoAdam", "muon": "Muon"}
 
 
+def __getattr__(name: str):
+    # ``lm.COLORS``: each optimizer's colour in the book's figure style, looked up when asked
+    # for, so that ``import isolab.lm`` does not need Matplotlib
+    if name == "COLORS":
+        from .figures import style
+
+        return {key: style.color(label) for key, label in LABELS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def plot_curves(ax, runs: dict, x: str = "step", window: int = 1, train: bool = True) -> None:
-    """Validation loss (dots and line) and, with ``train``, the training loss smoothed over
-    ``window`` steps (thin line) of every run, against ``x``: ``"step"`` or ``"wall"``
+    """Validation loss (markers and line, in each optimizer's book-wide look) and, with
+    ``train``, the training loss smoothed over ``window`` steps (a faint line of the same
+    colour) of every run, against ``x``: ``"step"`` or ``"wall"``
     (training seconds; the training loss of step ``k`` is placed at ``k/steps`` of the
     final time, i.e. at a uniform rate)."""
+    from .figures import style
+
     for name, r in runs.items():
-        c = COLORS.get(name)
+        look = style.line(LABELS[name], markersize=4) if name in LABELS else {"label": name}
         if train:
             tl = smooth(r["train_loss"], window)
             n = len(tl)
             xs = list(range(1, n + 1)) if x == "step" else [r["wall"][-1] * (k + 1) / n for k in range(n)]
-            ax.plot(xs, tl, color=c, lw=0.8, alpha=0.45)
-        ax.plot(r[x], r["val_loss"], "o-", color=c, ms=3, lw=1.5, label=LABELS.get(name, name))
+            ax.plot(xs, tl, color=look.get("color"), lw=1.5, alpha=0.35)
+        ax.plot(r[x], r["val_loss"], **look)
     ax.set_xlabel("training step" if x == "step" else "training wall-clock (s)")
     ax.set_ylabel("loss (nats per byte)")
 

@@ -240,7 +240,8 @@ def plot_sweep(ax, results, metric: str = "final_loss", labels=None, reduce: str
     Several seeds are reduced by their ``reduce`` (``"median"``, ``"mean"``, ``"min"``,
     ``"max"``).  Learning rates where a lane diverged (or never reached the threshold)
     are drawn as ``x`` markers along the top edge, in the sweep's colour; the best
-    learning rate gets a dot.
+    learning rate gets a dot. ``line_kw`` styles the line (e.g.
+    ``**isolab.figures.style.line("Adam")``: its marker and label replace the defaults).
     """
     import matplotlib.transforms as mtransforms
 
@@ -252,7 +253,7 @@ def plot_sweep(ax, results, metric: str = "final_loss", labels=None, reduce: str
             continue
         v = reducer(s.metric(metric), axis=0)
         finite = np.isfinite(v)
-        (line,) = ax.plot(s.lrs[finite], v[finite], marker=".", label=s.label, **line_kw)
+        (line,) = ax.plot(s.lrs[finite], v[finite], **{"marker": ".", "label": s.label, **line_kw})
         if mark_diverged and (~finite).any():
             ax.plot(s.lrs[~finite], np.full((~finite).sum(), 0.98), "x", color=line.get_color(), transform=top,
                     clip_on=False)

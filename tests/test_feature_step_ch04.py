@@ -139,3 +139,83 @@ def test_bad_names_and_shapes_are_rejected():
         feature_step.optimizer_feature_change(X, _randn(5, 2, seed=2), 0.1, "muon")
     with pytest.raises(ValueError, match="shapes differ"):
         feature_step.descent_efficiency(X, G, "max")
+
+
+# ------------------------------------------------------- reachable moves (b > d_in)
+def _np_projector(x):
+    U, s, _ = np.linalg.svd(x, full_matrices=False)
+    U = U[:, s > 1e-10 * s.max()]
+    return U @ U.T
+
+
+def test_column_space_projector_matches_numpy_and_is_a_projector():
+    X = _randn(3, 20, 5, seed=30)                                   # b = 20 > d_in = 5
+    P = feature_step.column_space_projector(X)
+    for i in range(3):
+        assert np.allclose(P[i].numpy(), _np_projector(X[i].numpy()), atol=1e-12)
+    assert torch.allclose(P @ P, P, atol=1e-12)
+    assert torch.allclose(P, P.mT, atol=1e-12)
+    assert torch.allclose(P @ X, X, atol=1e-12)
+    assert torch.allclose(torch.diagonal(P, dim1=-2, dim2=-1).sum(-1), torch.full((3,), 5.0, dtype=torch.float64))
+    # full row rank (b <= d_in): the identity; rank-deficient X: rank-many directions
+    assert torch.allclose(feature_step.column_space_projector(_randn(4, 9, seed=31)), torch.eye(4, dtype=torch.float64), atol=1e-12)
+    low_rank = _randn(8, 2, seed=32) @ _randn(2, 6, seed=33)
+    assert round(torch.trace(feature_step.column_space_projector(low_rank)).item()) == 2
+
+
+@pytest.mark.parametrize("norm", ["frobenius", "spectral"])
+def test_reachable_steepest_direction_is_reachable_and_beats_reachable_rivals(norm):
+    X, G = _randn(12, 4, seed=34), _randn(12, 3, seed=35)
+    P = feature_step.column_space_projector(X)
+    D = feature_step.reachable_steepest_direction(X, G, norm)
+    assert torch.allclose(P @ D, D, atol=1e-12)                       # the layer can make it
+    assert feature_step.matrix_norm(D, norm).item() == pytest.approx(1.0, rel=1e-12)
+    assert feature_step.reachable_descent_efficiency(-D, G, X, norm).item() == pytest.approx(1.0, rel=1e-12)
+    rivals = X @ _randn(4000, 4, 3, seed=36)                          # random reachable moves X U
+    eff = feature_step.reachable_descent_efficiency(rivals, G.expand_as(rivals), X.expand(4000, 12, 4), norm)
+    assert eff.max().item() < 1.0 and eff.min().item() >= -1.0
+    # against all moves, the reachable optimum falls short by ||P_X G||^dagger / ||G||^dagger
+    ratio = feature_step.dual_norm(P @ G, norm) / feature_step.dual_norm(G, norm)
+    assert feature_step.descent_efficiency(-D, G, norm).item() == pytest.approx(ratio.item(), rel=1e-12)
+
+
+def test_reachable_efficiency_equals_the_ordinary_one_when_every_move_is_reachable():
+    X, G = _randn(2, 5, 9, seed=37), _randn(2, 5, 3, seed=38)        # b <= d_in: P_X = I
+    for opt, norm in (("sgd", "frobenius"), ("muon", "spectral")):
+        D = feature_step.optimizer_feature_change(X, G, 1.0, opt)
+        assert torch.allclose(feature_step.reachable_descent_efficiency(D, G, X, norm),
+                              feature_step.descent_efficiency(D, G, norm), rtol=1e-10)
+
+
+def test_whitened_inputs_make_sgd_and_muon_exactly_steepest_among_reachable_moves():
+    Z = _randn(40, 6, seed=39)
+    U, _, Vh = torch.linalg.svd(Z, full_matrices=False)
+    X = U @ Vh                                                        # X^T X = I, b = 40 > d_in = 6
+    G = _randn(40, 4, seed=40)
+    P = feature_step.column_space_projector(X)
+    assert torch.allclose(P, X @ X.T, atol=1e-12)
+    muon = feature_step.optimizer_feature_change(X, G, 1.0, "muon")
+    assert np.allclose(muon.numpy(), -_np_msign(P.numpy() @ G.numpy()), atol=1e-12)   # X msign(X^T G) = msign(P_X G)
+    assert torch.allclose(feature_step.optimizer_feature_change(X, G, 1.0, "sgd"), -P @ G, atol=1e-12)
+    for opt in ("sgd", "muon"):
+        assert feature_step.optimizer_feature_efficiency(X, G, opt, reachable=True).item() == pytest.approx(1.0, rel=1e-12)
+        assert feature_step.optimizer_feature_efficiency(X, G, opt).item() < 0.6        # but far from -G itself
+
+
+def test_optimizer_feature_efficiency_is_the_descent_efficiency_in_the_own_norm():
+    X, G = _randn(7, 11, seed=41), _randn(7, 3, seed=42)
+    for opt, norm in feature_step.OPTIMIZERS.items():
+        D = feature_step.optimizer_feature_change(X, G, 1.0, opt)
+        assert torch.equal(feature_step.optimizer_feature_efficiency(X, G, opt), feature_step.descent_efficiency(D, G, norm))
+
+
+def test_reachable_efficiency_rejects_the_max_norm_and_bad_shapes():
+    X, G = _randn(6, 2, seed=43), _randn(6, 3, seed=44)
+    with pytest.raises(ValueError, match="closed form"):
+        feature_step.reachable_descent_efficiency(G, G, X, "max")
+    with pytest.raises(ValueError, match="closed form"):
+        feature_step.optimizer_feature_efficiency(X, G, "sign", reachable=True)
+    with pytest.raises(ValueError, match="shapes differ"):
+        feature_step.reachable_descent_efficiency(G[:, :2], G, X, "spectral")
+    with pytest.raises(ValueError, match="batch"):
+        feature_step.reachable_steepest_direction(_randn(5, 2, seed=45), G, "frobenius")

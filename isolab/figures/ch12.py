@@ -1,0 +1,109 @@
+r"""Figures of Chapter 12 (two-sided preconditioners).
+
+- :func:`family_ratios`: what random changes of coordinates ``X -> XA``, ``G -> GB`` do
+  to the step size and to the predicted loss decrease of every member of the exponent
+  family ``U_p = Cov(X)^-p grad Cov(G)^-p`` (the computation the figure and its caption's
+  promises share).
+- :func:`exponent_family`: the explorable over the exponent ``p`` and the condition
+  number ``κ`` of the transforms.
+
+The exponents that are an optimizer (0: SGD, 1/4: Shampoo in the noise regime, 1/2: Iso,
+1: K-FAC) are drawn in that optimizer's book-wide colour.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from isolab import updates
+from isolab.explorable import Explorable, Promise, Slider, always
+from isolab.figures import style
+from isolab.plotting import log_ticks
+from isolab.seeding import generator
+from isolab.tensor_iso import power_update
+
+__all__ = ["EXPONENTS", "KAPPAS", "NAMES", "family_ratios", "exponent_family", "EXPLORABLES"]
+
+EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: Condition numbers of the transforms: 1 to 1000, about three per decade.
+KAPPAS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+NAMES = {0.0: "SGD", 0.25: "≈ Shampoo", 0.5: "Iso", 0.75: "", 1.0: "K-FAC"}
+_OPTIMIZER = {0.0: "SGD", 0.25: "Shampoo", 0.5: "Iso", 1.0: "K-FAC"}
+
+
+def family_ratios(X, G, transform, kappa, draws=40):
+    """log10 of the step-size ratio ``‖U_p(XA, GB)‖/‖U_p(X, G)‖`` and of the loss-decrease
+    ratio ``⟨∇', U_p'⟩/⟨∇, U_p⟩`` for every exponent, over ``draws`` shared transforms
+    ``A, B = transform(n, kappa, gen, (draws,))`` (seeded: the same draws every call)."""
+    n, m = X.shape[-1], G.shape[-1]
+    gen = generator(11)
+    A = transform(n, kappa, gen, (draws,))
+    B = transform(m, kappa, gen, (draws,))
+    g0, g1 = updates.weight_gradient(X, G), updates.weight_gradient(X @ A, G @ B)
+    out = {}
+    for p in EXPONENTS:
+        U0, U1 = power_update(X, G, p), power_update(X @ A, G @ B, p)
+        size = torch.linalg.matrix_norm(U1) / U0.norm()
+        effect = (g1 * U1).sum((-2, -1)) / (g0 * U0).sum()
+        out[p] = (size.log10(), effect.log10())
+    return out
+
+
+def _colour(p):
+    return style.color(_OPTIMIZER[p]) if p in _OPTIMIZER else style.ROLES["highlight"]
+
+
+def exponent_family(X, G, transform) -> Explorable:
+    """The exponent family on the batch ``X, G`` under random coordinate changes drawn by
+    ``transform(n, kappa, gen, batch)`` (invertible, condition number ``kappa``)."""
+    ratios = functools.lru_cache(maxsize=None)(lambda kappa: family_ratios(X, G, transform, kappa))
+    muted = style.ROLES["muted"]
+
+    def draw_family(fig, p, kappa):
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.88, wspace=0.3)
+        ax_dots, ax_spread = fig.subplots(1, 2)
+        data = ratios(kappa)
+        others = [q for q in EXPONENTS if q != p]
+        colour = _colour(p)
+        ax_dots.scatter(torch.cat([data[q][0] for q in others]), torch.cat([data[q][1] for q in others]), s=10, color=muted)
+        ax_dots.scatter(*data[p], s=18, color=colour, zorder=3)
+        ax_dots.axhline(0, color=style.ROLES["bound"], lw=1.0)
+        ax_dots.axvline(0, color=style.ROLES["bound"], lw=1.0)
+        ax_dots.set(xlim=(-0.4, 4.9), ylim=(-0.4, 4.9), xticks=[0, 2, 4], yticks=[0, 2, 4],
+                    xlabel="log10 step-size ratio ‖U'‖/‖U‖", ylabel="log10 loss-decrease ratio",
+                    title=f"p = {p:g} {NAMES[p]}, κ(A) = κ(B) = {kappa}")
+
+        for q in EXPONENTS:
+            sizes = [ratios(k)[q][0].abs().max().item() for k in KAPPAS]
+            effects = [ratios(k)[q][1].abs().max().item() for k in KAPPAS]
+            chosen = dict(color=colour, lw=2.5, zorder=3) if q == p else dict(color=muted, lw=1.5)
+            ax_spread.plot(KAPPAS, sizes, "-", **chosen)
+            ax_spread.plot(KAPPAS, effects, "--", **chosen)
+        ax_spread.axvline(kappa, color=style.ROLES["bound"], lw=1.0, ls=":")
+        ax_spread.set_xscale("log")
+        ax_spread.set(ylim=(-0.1, 4.9), yticks=[0, 2, 4], xlabel="condition number κ of the transforms",
+                      ylabel="max |log10 ratio| over draws", title="solid: step size, dashed: loss decrease")
+        log_ticks(ax_spread.xaxis, [0, 1, 2, 3])
+
+    def strays(p_fixed, which):
+        # the figure's own numbers: how far the ratio of exponent p_fixed strays from 1 at κ
+        return lambda p, kappa: ratios(kappa)[p_fixed][which].abs().max().item()
+
+    tiny = always(lambda v: v < 1e-9, "|log10 ratio| < 1e-9 for every draw")
+    return Explorable(
+        draw_family,
+        [Slider("p", EXPONENTS, label="exponent p", default=0.5),
+         Slider("kappa", KAPPAS, label="κ of A, B", default=100)],
+        main="kappa",
+        promises=[Promise("p = 1/2 (Iso) keeps the step size", strays(0.5, 0), tiny),
+                  Promise("p = 1 (K-FAC) keeps the predicted loss decrease", strays(1.0, 1), tiny)],
+        figsize=(style.FIG_WIDTH, 3.6),
+        static_colors=48,
+        caption="The exponent family Cov(X)^-p grad Cov(G)^-p under random changes of coordinates: "
+                "p = 1/2 (Iso) keeps the step size, p = 1 (K-FAC) keeps the predicted loss decrease.",
+    )
+
+
+EXPLORABLES = ()  # the builder needs the chapter's batch and its random transforms
