@@ -60,7 +60,8 @@ import torch
 os.environ.setdefault("ISOLAB_MALLOPT", "1")
 
 from isolab import linalg
-from isolab.engine import DEFAULTS, OPTIMIZERS, paper_lrs, reference_run, sweep
+from isolab.engine import DEFAULTS, paper_lrs, reference_run, sweep
+from isolab.engine.reference import REFERENCED
 from isolab.engine.rules_lanes import parallel_map
 from isolab.problems import DeepLinearRegression
 
@@ -89,10 +90,14 @@ def reference_step_time(problem, name: str, lr: float) -> float:
 #: 32 x 32 x 32 products per layer and lane-step beyond the forward/backward pass and weight
 #: gradients (3 per layer) at the engine's defaults: Muon's Newton--Schulz (3 per step),
 #: Shampoo's and Iso's two statistics products and two-sided preconditioning.
+#: SOAP: two factor products and three two-sided rotations (6); grafted Shampoo: factors and
+#: preconditioning; K-FAC: the input covariance, the later layers' product and its Gram,
+#: and the two-sided step. (SOAP's QR refresh every 10 steps is not counted.)
 RULE_PRODUCTS = {"sgd": 0, "signsgd": 0, "adam": 0, "muon": 3 * DEFAULTS["muon"]["ns_steps"],
-                 "shampoo": 4, "iso": 4, "isoadam": 4}
+                 "shampoo": 4, "iso": 4, "isoadam": 4, "soap": 8, "shampoo_graft": 4, "kfac": 5}
 #: Inverse roots (one eigh and one product each) per layer and lane-step: both sides, every ``root_interval``.
-ROOTS_PER_LAYER_STEP = {name: 2 / DEFAULTS[name]["root_interval"] for name in ("shampoo", "iso", "isoadam")}
+ROOTS_PER_LAYER_STEP = {name: 2 / DEFAULTS[name]["root_interval"]
+                        for name in ("shampoo", "iso", "isoadam", "shampoo_graft", "kfac")}
 
 
 def _best_time(fn, repeats=5) -> float:
@@ -163,7 +168,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--floor", action="store_true", help="print the attainable ratio on this machine (see above)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--optimizers", nargs="+", default=list(OPTIMIZERS))
+    ap.add_argument("--optimizers", nargs="+", default=list(REFERENCED))
     args = ap.parse_args()
     if args.floor:
         floor_table(args.threads, args.optimizers)

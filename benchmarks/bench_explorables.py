@@ -76,7 +76,7 @@ def restore_global_state(state: dict) -> list[str]:
 
 
 def run_chapter(path: Path):
-    """Execute a chapter's code cells quietly; return the explorables it created.
+    """Execute a chapter's code cells quietly; return the explorables it showed.
 
     Chapters run in one process here (in Jupyter each has its own kernel), so whatever
     global state a chapter sets (the default dtype, the thread count, the random
@@ -85,20 +85,10 @@ def run_chapter(path: Path):
     after timing)."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from isolab.explorable import Explorable, registry
+    from isolab.explorable import shown
 
     path = path.resolve()
-    before = set(map(id, registry()))
-    # The registry holds explorables weakly; a chapter that writes `ch01.figure().show()`
-    # keeps no reference, so hold every explorable built while this chapter runs.
-    built: list = []
-    original_init = Explorable.__init__
-
-    def keep(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        built.append(self)
-
-    Explorable.__init__ = keep
+    already = len(shown())
     shell = InteractiveShell.instance()
     cwd = os.getcwd()
     os.chdir(path.parent)
@@ -110,12 +100,11 @@ def run_chapter(path: Path):
                 if not result.success:
                     raise RuntimeError(f"{path.name}: a cell failed: {result.error_in_exec or result.error_before_exec}")
     finally:
-        Explorable.__init__ = original_init
         os.chdir(cwd)
         import matplotlib.pyplot as plt
 
         plt.close("all")  # the chapters' static figures; many chapters run in one process
-    return [e for e in built if id(e) not in before]
+    return shown()[already:]
 
 
 def time_redraws(explorable, repeats: int, seed: int = 0) -> tuple[list[float], list[float]]:

@@ -437,3 +437,71 @@ def loglog_slopes(x, y) -> Tensor:
         raise ValueError(f"x must be 1-D with >= 2 points matching y's last dimension; got {tuple(lx.shape)}, {tuple(ly.shape)}")
     cx = lx - lx.mean()
     return ((ly - ly.mean(-1, keepdim=True)) * cx).sum(-1) / cx.square().sum()
+
+
+# ----------------------------------------------------------------------------- the Iso optimizer on a stream of batches
+def iso_steps(
+    batches, *, momentum: float, nesterov: bool, beta_cov: float, damping: float, root_interval: int,
+    stats_dtype: torch.dtype = F64,
+) -> list[Tensor]:
+    r"""Feed batches to the :class:`isolab.optim.Iso` optimizer; return its steps divided by the learning rate.
+
+    ``batches`` is a list of pairs ``(X, G)`` of shapes ``(steps, *streams, rows, n)`` and
+    ``(steps, *streams, rows, m)`` (for instance :func:`noise_batch` with
+    ``sample_shape=(steps, seeds)``; ``rows`` may differ from pair to pair). Every stream
+    gets its own bias-free ``nn.Linear(n, m)`` (float64) and Iso keeps its own statistics,
+    roots and momentum for it. At step ``t`` layer ``k`` sees the inputs ``X[t]`` and, as
+    the gradient of the loss with respect to its outputs, ``G[t]``, so its weight gradient
+    is ``X^T G`` and Iso whitens ``X^T G / rows`` with its averaged covariances. Where the
+    gradient does not depend on the weights (a one-layer pure noise problem) this is exactly
+    Iso training on that problem. The hyperparameters are passed to Iso explicitly
+    (``lr = 1``, statistics every step, roots by ``eigh`` every ``root_interval`` steps, no
+    warm-up, no weight decay, the plain relative damping ``δ·tr(Ĉ)/d``: ``shrinkage=False``
+    where the optimizer has that option), and every layer is given to Iso as one explicit
+    parameter group (no routing), so the result does not depend on Iso's defaults.
+
+    Returns, for each pair, the ``(steps, *streams, n, m)`` float64 steps ``W_t - W_{t+1}``
+    in row convention.
+    """
+    from torch import nn
+
+    from .optim import Iso
+
+    pairs = [(torch.as_tensor(X, dtype=F64), torch.as_tensor(G, dtype=F64)) for X, G in batches]
+    if not pairs:
+        raise ValueError("iso_steps needs at least one (X, G) pair")
+    steps = pairs[0][0].shape[0]
+    flat = []
+    for X, G in pairs:
+        if X.ndim < 3 or X.shape[:-1] != G.shape[:-1] or X.shape[0] != steps:
+            raise ValueError(f"X and G must be (steps, *streams, rows, n/m) with the same steps and rows; "
+                             f"got {tuple(X.shape)} and {tuple(G.shape)}")
+        flat.append((X.reshape(steps, -1, *X.shape[-2:]), G.reshape(steps, -1, *G.shape[-2:])))
+    layers = nn.ModuleList([nn.Linear(X.shape[-1], G.shape[-1], bias=False, dtype=F64)
+                            for X, G in flat for _ in range(X.shape[1])])
+    opt = Iso(layers, lr=1.0, momentum=momentum, nesterov=nesterov, beta_cov=beta_cov, damping=damping,
+              stat_interval=1, root_interval=root_interval, root_method="eigh", warmup_steps=0,
+              weight_decay=0.0, stats_dtype=stats_dtype, params=[{"params": list(layers.parameters())}],
+              shrinkage=False)  # the plain rule at every batch size (no extra damping when b < n)
+    out = [torch.empty(steps, X.shape[1], X.shape[-1], G.shape[-1], dtype=F64) for X, G in flat]
+    try:
+        for t in range(steps):
+            before = torch.stack([layer.weight.detach() for layer in layers]).clone()
+            outputs, grads = [], []
+            k = 0
+            for X, G in flat:
+                for s in range(X.shape[1]):
+                    outputs.append(layers[k](X[t, s]))
+                    grads.append(G[t, s])
+                    k += 1
+            opt.zero_grad(set_to_none=True)
+            torch.autograd.backward(outputs, grads)           # dL/dY = G for every layer
+            opt.step()
+            moved = (before - torch.stack([layer.weight.detach() for layer in layers])).mT
+            k = 0
+            for o, (X, _) in zip(out, flat):
+                o[t] = moved[k:k + X.shape[1]]
+                k += X.shape[1]
+    finally:
+        opt.remove_hooks()
+    return [o.reshape(*X.shape[:-2], X.shape[-1], G.shape[-1]) for o, (X, G) in zip(out, pairs)]

@@ -67,7 +67,7 @@ from matplotlib.figure import Figure  # drawn without pyplot: no backend, no glo
 
 __all__ = [
     "Slider", "Explorable", "FigureMessage", "Promise", "constant", "nondecreasing", "nonincreasing",
-    "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "MIN_MAIN_VALUES", "registry",
+    "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "MIN_MAIN_VALUES", "registry", "shown",
 ]
 
 MODE_VARIABLE = "ISOLAB_EXPLORABLE"
@@ -85,11 +85,19 @@ DISPLAY_DPI = 80
 MIN_MAIN_VALUES = 9
 
 _REGISTRY: "weakref.WeakSet[Explorable]" = weakref.WeakSet()
+_SHOWN: "list[Explorable]" = []
 
 
 def registry() -> list["Explorable"]:
-    """Every :class:`Explorable` alive in this process, oldest first (for benchmarks)."""
+    """Every :class:`Explorable` alive in this process, oldest first."""
     return sorted(_REGISTRY, key=lambda e: e._serial)
+
+
+def shown() -> list["Explorable"]:
+    """Every :class:`Explorable` whose :meth:`~Explorable.show` ran in this process, in the
+    order shown (whatever the mode). A chapter often writes ``ch01.figure().show()`` and
+    keeps no reference; this list keeps one, so a benchmark can time what a reader sees."""
+    return list(_SHOWN)
 
 
 class FigureMessage(Exception):
@@ -540,6 +548,7 @@ class Explorable:
         from IPython.display import HTML, display
 
         mode = self.mode()
+        _SHOWN.append(self)
         if mode == "live":
             display(self.widget())
         elif mode == "static":

@@ -33,6 +33,11 @@ Functions
 - :func:`tuned_one_step`: the best single step of an engine optimizer
   (:func:`isolab.engine.sweep`) on an :class:`isolab.problems.OneStepRegression`, found by
   :func:`tune_lr` on the exact population loss.
+- :func:`eigenbasis`, :func:`sigma_in_basis`, :class:`RegressionInBasis`: ``Sigma`` with the
+  geometric spectrum of :func:`isolab.features.spectrum` in a chosen eigenbasis: the
+  coordinate axes (``"diagonal"``), the pair rotation of :mod:`isolab.features` by 45
+  degrees (``"pair"``, which mixes coordinate ``i`` only with ``n-1-i``), or a Haar-random
+  orthogonal basis (``"haar"``, the generic case).
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import updates
+from . import features, linalg, updates
+from .problems import OneStepRegression
+from .seeding import generator
 
 __all__ = [
     "orthogonal_batch",
@@ -55,6 +62,10 @@ __all__ = [
     "first_steps",
     "one_step_change",
     "tuned_one_step",
+    "BASES",
+    "eigenbasis",
+    "sigma_in_basis",
+    "RegressionInBasis",
 ]
 
 #: The optimizers :func:`first_steps` reports, in the book's order.
@@ -246,3 +257,55 @@ def tuned_one_step(problem, optimizer: str, *, seed: int = 0, hyper: Optional[di
 
     lr, rel = tune_lr(loss_of, low, high, count, rounds, refine_count)
     return {"lr": lr, "relative_loss": rel, "weights": found[lr][1]}
+
+
+#: The eigenbases :func:`eigenbasis` knows: the coordinate axes, the pair rotation by 45
+#: degrees, and a Haar-random orthogonal matrix.
+BASES = ("diagonal", "pair", "haar")
+
+
+def eigenbasis(n: int, kind: str = "haar", seed: int = 0) -> Tensor:
+    r"""An orthogonal ``(n, n)`` matrix whose columns are the eigenvectors of ``Sigma``.
+
+    ``"diagonal"``: the identity.  ``"pair"``: :func:`isolab.features.pair_rotation` by 45
+    degrees, which turns each coordinate pair ``(i, n-1-i)`` and leaves every other pair
+    unmixed: the mildest non-diagonal ``Sigma``.  ``"haar"``: a Haar-random orthogonal
+    matrix (:func:`isolab.linalg.random_orthogonal`, seeded by ``seed``), in which every
+    coordinate mixes every eigen-direction.
+    """
+    if kind == "diagonal":
+        return torch.eye(n, dtype=torch.float64)
+    if kind == "pair":
+        return features.pair_rotation(n, math.pi / 4)
+    if kind == "haar":
+        return linalg.random_orthogonal(n, generator(seed))
+    raise ValueError(f"kind must be one of {BASES}, got {kind!r}")
+
+
+def sigma_in_basis(condition_number: float, basis: Tensor) -> Tensor:
+    r"""``Sigma = R diag(lambda) R^T`` with the geometric spectrum of
+    :func:`isolab.features.spectrum` (``kappa(Sigma) = condition_number``, mean eigenvalue 1)
+    and the orthogonal eigenbasis ``R = basis``."""
+    lam = features.spectrum(basis.shape[-1], condition_number, dtype=basis.dtype)
+    return (basis * lam) @ basis.mT
+
+
+class RegressionInBasis(OneStepRegression):
+    r""":class:`~isolab.problems.OneStepRegression` with ``Sigma`` in the eigenbasis ``kind``
+    of :func:`eigenbasis` (``"diagonal"``, ``"pair"`` or ``"haar"``; ``basis_seed`` picks the
+    Haar draw).  Everything else (batches ``X = Z Sigma``, targets ``T = X A``, ``A``) is
+    the parent's."""
+
+    name = "one_step_regression_in_basis"
+
+    def __init__(self, n: int = 16, batch: int = 1024, condition_number: float = 10.0, kind: str = "haar",
+                 basis_seed: int = 0):
+        super().__init__(n, batch, condition_number, 0.0)
+        self.kind, self.basis_seed = kind, int(basis_seed)
+        self.basis = eigenbasis(self.n, kind, self.basis_seed)
+        self.sigma = sigma_in_basis(self.condition_number, self.basis)
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d.update(basis=self.kind, basis_seed=self.basis_seed)
+        return d

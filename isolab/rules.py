@@ -28,6 +28,10 @@ from . import linalg
 
 __all__ = [
     "LR",
+    "soap_eigenbasis",
+    "soap_refresh_eigenbasis",
+    "soap_rotate",
+    "soap_unrotate",
     "decoupled_weight_decay_",
     "descend_",
     "momentum_",
@@ -189,3 +193,50 @@ def muon_msign(M: Tensor, *, steps: int = 5, exact: bool = False, compute_dtype=
         o = linalg.msign_newton_schulz(M, steps=steps, compute_dtype=compute_dtype)
     scale = muon_scale(M.shape[-2], M.shape[-1])
     return o * scale if scale != 1.0 else o
+
+
+# ----------------------------------------------------------------------------- SOAP
+# SOAP (Vyas et al. 2024) runs Adam in the eigenbasis of Shampoo's two factors
+# L = EMA(g g^T) and R = EMA(g^T g): rotate the gradient to Q_L^T g Q_R, keep Adam's second
+# moment there, rotate the normalized step back. The functions below follow the reference
+# implementation (pytorch-optimizer's SOAP, after the authors' code) operation for
+# operation, batched over leading dimensions, so that the engine's lanes can be tested
+# against it.
+def soap_eigenbasis(M: Tensor) -> Tensor:
+    r"""Eigenvectors of the symmetric ``M`` (last two dims), columns by *decreasing*
+    eigenvalue: SOAP's first basis. A ``1e-30 I`` shift, as the reference, keeps ``eigh``
+    defined on an all-zero factor."""
+    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
+    _, Q = torch.linalg.eigh(M + 1e-30 * eye)
+    return Q.flip(-1)
+
+
+def soap_refresh_eigenbasis(M: Tensor, Q: Tensor, second_moment: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    r"""One power-iteration refresh of SOAP's basis ``Q`` of the factor ``M``.
+
+    The columns of ``M Q`` are sorted by the Rayleigh quotients ``diag(Q^T M Q)`` (largest
+    first) and orthonormalized by a QR decomposition, done in float32 as the reference does.
+    Adam's second moment lives in the old basis: its entries along ``dim`` (of the matrix:
+    ``-2`` for the left factor, ``-1`` for the right) are permuted the same way.
+    Returns the new basis and the permuted second moment."""
+    MQ = M @ Q
+    order = torch.argsort((Q * MQ).sum(dim=-2), dim=-1, descending=True)  # (..., m)
+    columns = order.unsqueeze(-2).expand_as(MQ)
+    power = torch.gather(MQ, -1, columns)
+    if dim == -2:
+        index = order.unsqueeze(-1).expand_as(second_moment)
+    else:
+        index = order.unsqueeze(-2).expand_as(second_moment)
+    second_moment = torch.gather(second_moment, dim, index)
+    q, _ = torch.linalg.qr(power.to(torch.float32))
+    return q.to(power.dtype), second_moment
+
+
+def soap_rotate(g: Tensor, Q_left: Tensor, Q_right: Tensor) -> Tensor:
+    r"""``Q_L^T g Q_R``: the gradient in SOAP's basis."""
+    return Q_left.mT @ g @ Q_right
+
+
+def soap_unrotate(u: Tensor, Q_left: Tensor, Q_right: Tensor) -> Tensor:
+    r"""``Q_L u Q_R^T``: a step from SOAP's basis back to the parameter's."""
+    return Q_left @ u @ Q_right.mT

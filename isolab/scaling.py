@@ -493,7 +493,9 @@ def train_mlp(
     if optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=lr)
     elif optimizer == "isoadam":
-        opt = IsoAdam(model, lr=lr, stat_interval=stat_interval, root_interval=root_interval, **optimizer_kwargs)
+        # no weight decay, as the torch.optim.Adam it is compared with (IsoAdam's default is AdamW's 0.01)
+        opt = IsoAdam(model, lr=lr, stat_interval=stat_interval, root_interval=root_interval,
+                      **{"weight_decay": 0.0, **optimizer_kwargs})
     else:
         raise ValueError(f"optimizer must be 'adam' or 'isoadam', got {optimizer!r}")
     batches = [task.batch(batch, dtype) for _ in range(steps)]
@@ -525,7 +527,8 @@ def train_mlp(
     if optimizer == "adam":
         popt = torch.optim.Adam(probe.parameters(), lr=lr)
     else:
-        popt = IsoAdam(probe, lr=lr, stat_interval=stat_interval, root_interval=root_interval, **optimizer_kwargs)
+        popt = IsoAdam(probe, lr=lr, stat_interval=stat_interval, root_interval=root_interval,
+                       **{"weight_decay": 0.0, **optimizer_kwargs})
     for _ in range(period):  # the first period includes the first refresh (nothing to rebuild yet)
         _probe_step(probe, popt, x, y)
     total = count_flops(lambda: [_probe_step(probe, popt, x, y) for _ in range(period)]).total
@@ -715,7 +718,7 @@ def train_replica(
     if parallel:
         net = nn.parallel.DistributedDataParallel(model)
         net.register_comm_hook(None, tally.ddp_hook)
-    opt = IsoAdam(model, lr=lr, **optimizer_kwargs)
+    opt = IsoAdam(model, lr=lr, **{"weight_decay": 0.0, **optimizer_kwargs})  # the chapter runs without decay
     losses, snapshots = [], {}
     with tally:
         for step in range(1, steps + 1):

@@ -49,6 +49,6 @@ def test_engine_floor_counts_every_optimizer(bench_engine):
     # every optimizer the engine runs has a product count, and every one with roots a refresh rate
     assert set(bench_engine.RULE_PRODUCTS) == set(OPTIMIZERS)
     with_roots = {name for name, h in DEFAULTS.items() if "root_interval" in h}
-    assert set(bench_engine.ROOTS_PER_LAYER_STEP) == with_roots == {"shampoo", "iso", "isoadam"}
+    assert set(bench_engine.ROOTS_PER_LAYER_STEP) == with_roots == {"shampoo", "iso", "isoadam", "shampoo_graft", "kfac"}
     assert bench_engine.ROOTS_PER_LAYER_STEP["iso"] == 2 / DEFAULTS["iso"]["root_interval"]
     assert bench_engine.RULE_PRODUCTS["muon"] == 3 * DEFAULTS["muon"]["ns_steps"] == 15

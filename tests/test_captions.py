@@ -1,4 +1,4 @@
-"""Every explorable of Part I keeps its caption's promises over the whole slider grid.
+"""Every explorable of Parts I and II keeps its caption's promises over the whole slider grid.
 
 A chapter's figure module (``isolab.figures.chNN``) lists its explorables in
 ``EXPLORABLES`` (functions that build them). Each names its main slider, which has at
@@ -15,6 +15,7 @@ import pytest
 from isolab.explorable import MIN_MAIN_VALUES
 
 PART_ONE = ["ch01", "ch02", "ch03", "ch04"]
+PART_TWO = ["ch05", "ch06", "ch07", "ch08", "ch09"]
 
 
 def explorables(chapters):
@@ -24,7 +25,7 @@ def explorables(chapters):
             yield pytest.param(build, id=f"{chapter}.{build.__name__}")
 
 
-@pytest.mark.parametrize("build", list(explorables(PART_ONE)))
+@pytest.mark.parametrize("build", list(explorables(PART_ONE + PART_TWO)))
 def test_main_slider_and_promises(build):
     explorable = build()
     main = explorable.main_slider
@@ -33,3 +34,15 @@ def test_main_slider_and_promises(build):
     assert explorable.promises, "state what the caption promises (promises=[Promise(...)])"
     broken = explorable.broken_promises()
     assert not broken, "the caption promises what the figure does not show:\n" + "\n".join(map(str, broken[:5]))
+
+
+@pytest.mark.parametrize("build", list(explorables(PART_ONE + PART_TWO)))
+def test_no_text_under_ten_points(build):
+    """BOOK_STYLE: every label, tick and annotation of a figure at 10 pt or more (drawn at
+    the defaults)."""
+    from matplotlib.text import Text
+
+    fig = build().render(strict=True)
+    small = sorted({(round(t.get_fontsize(), 1), t.get_text()[:30]) for t in fig.findobj(Text)
+                    if t.get_visible() and t.get_text().strip() and t.get_fontsize() < 10})
+    assert not small, f"text under 10 pt: {small[:6]}"

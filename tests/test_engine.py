@@ -8,6 +8,7 @@ import torch
 
 from isolab import linalg, rules
 from isolab.engine import DEFAULTS, OPTIMIZERS, Progress, inverse_sqrt_batched, reference_run, sweep, whitening_residual
+from isolab.engine.reference import REFERENCED
 from isolab.problems import DeepLinearRegression, PureNoise
 
 SMALL = DeepLinearRegression(n=8, depth=3, batch=16)
@@ -33,7 +34,8 @@ def _compare(problem, name, lrs, steps, seed=0, hyper=None, rtol=None, dtype=tor
     return s
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
+# kfac has no torch.optim counterpart: test_kfac_lanes_match_a_per_layer_loop
+@pytest.mark.parametrize("name", REFERENCED)
 def test_engine_matches_torch_optim_lane_by_lane(name):
     _compare(SMALL, name, LRS, STEPS)
 
@@ -47,9 +49,166 @@ def test_engine_matches_torch_optim_lane_by_lane(name):
     ("iso", dict(momentum=0.0, beta_cov=0.0, damping=0.0, root_interval=1)),
     ("iso", dict(root_interval=3, weight_decay=1e-2)),
     ("isoadam", dict(beta_cov=0.5, root_interval=2)),
+    ("soap", dict(betas=(0.9, 0.99), shampoo_beta=0.8, precondition_frequency=3, weight_decay=1e-2)),
+    ("shampoo_graft", dict(betas=(0.8, 0.99), damping=1e-3, root_interval=3, weight_decay=1e-2)),
 ])
 def test_engine_matches_torch_optim_with_other_hyperparameters(name, hyper):
     _compare(SMALL, name, LRS[:2], 8, hyper=hyper, rtol=1e-7)
+
+
+def test_soap_lanes_match_pytorch_optimizers_soap_over_twenty_steps():
+    """The reference baseline of Part III: 20 steps in float64, six eigenbasis refreshes,
+    every lane within 1e-8 of pytorch-optimizer's SOAP."""
+    _compare(SMALL, "soap", LRS, 20, hyper=dict(precondition_frequency=3), rtol=1e-8)
+
+
+class _GraftedShampooLoop(torch.optim.Optimizer):
+    """Shampoo with Adam grafting written out matrix by matrix, from the formulas of
+    GraftedShampooRule's docstring (an independent reading, for the test only)."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), graft_eps=1e-8, damping=1e-6, root_interval=10):
+        super().__init__(params, dict(lr=lr, betas=betas, graft_eps=graft_eps, damping=damping,
+                                      root_interval=root_interval))
+
+    @staticmethod
+    def _root(C, damping):
+        C = (C + C.T) / 2
+        w, V = torch.linalg.eigh(C + damping * torch.trace(C) / C.shape[0] * torch.eye(C.shape[0], dtype=C.dtype))
+        inv = torch.where(w > C.shape[0] * torch.finfo(C.dtype).eps * w.max(), w, torch.inf) ** -0.25
+        return V @ torch.diag(inv) @ V.T
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                g, st = p.grad, self.state[p]
+                if not st:
+                    st.update(t=0, L=torch.zeros(g.shape[0], g.shape[0], dtype=g.dtype),
+                              R=torch.zeros(g.shape[1], g.shape[1], dtype=g.dtype), v=torch.zeros_like(g),
+                              m=torch.zeros_like(g))
+                st["t"] += 1
+                t = st["t"]
+                st["L"] = b2 * st["L"] + (1 - b2) * g @ g.T
+                st["R"] = b2 * st["R"] + (1 - b2) * g.T @ g
+                st["v"] = b2 * st["v"] + (1 - b2) * g * g
+                c2 = 1 - b2**t
+                if (t - 1) % group["root_interval"] == 0:
+                    st["Lr"], st["Rr"] = self._root(st["L"] / c2, group["damping"]), self._root(st["R"] / c2, group["damping"])
+                s = st["Lr"] @ g @ st["Rr"]
+                a = g / ((st["v"] / c2).sqrt() + group["graft_eps"])
+                st["m"] = b1 * st["m"] + (1 - b1) * s * (a.norm() / s.norm())
+                p -= group["lr"] * st["m"] / (1 - b1**t)
+
+
+@pytest.mark.parametrize("hyper", [{}, dict(betas=(0.8, 0.99), damping=1e-3, root_interval=3)])
+def test_grafted_shampoo_lanes_match_a_per_matrix_loop(hyper):
+    steps, seed = 15, 0
+    s = sweep(SMALL, "shampoo_graft", LRS, steps, seeds=(seed,), hyper=hyper, dtype=torch.float64,
+              keep_weights=True, max_loss=None, progress=False)
+    for i, lr in enumerate(LRS):
+        model = SMALL.reference_model(SMALL.initial_weights(seed).to(torch.float64))
+        opt = _GraftedShampooLoop(model.parameters(), lr, **hyper)
+        losses = []
+        for t in range(steps + 1):
+            X, T = SMALL.batch(t, seed)
+            loss = SMALL.reference_loss(model(X), T)
+            losses.append(float(loss.detach()))
+            if t < steps:
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        np.testing.assert_allclose(s.loss[0, i], losses, rtol=1e-9, err_msg=f"lr={lr}")
+        np.testing.assert_allclose(s.weights[0, i], SMALL.weights_of(model).numpy(), rtol=1e-9, atol=1e-12)
+
+
+def _kfac_loop(problem, lr, steps, seed, momentum=0.9, beta_cov=0.95, damping=0.1, root_interval=10):
+    """K-FAC written out layer by layer: autograd's layer inputs for A, the Gauss-Newton
+    output factor (2/n) P^T P from the later layers' weights for B."""
+    model = problem.reference_model(problem.initial_weights(seed).to(torch.float64))
+    layers = list(model)
+    st = [dict(A=0, B=0, buf=torch.zeros_like(m.weight)) for m in layers]
+    losses = []
+
+    def inverse(C):
+        C = (C + C.T) / 2
+        return torch.linalg.inv(C + damping * torch.trace(C) / C.shape[0] * torch.eye(C.shape[0], dtype=C.dtype))
+
+    for t in range(1, steps + 2):
+        X, T = problem.batch(t - 1, seed)
+        h, ins = X, []
+        for m in layers:
+            ins.append(h)
+            h = m(h)
+        loss = problem.reference_loss(h, T)
+        losses.append(float(loss.detach()))
+        if t == steps + 1:
+            break
+        model.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            P = torch.eye(problem.n, dtype=torch.float64)
+            products = []
+            for m in reversed(layers):  # P_i = W_k ... W_{i+1} (torch's layout)
+                products.append(P)
+                P = P @ m.weight
+            for m, x, s, P in zip(layers, ins, st, reversed(products)):
+                s["A"] = beta_cov * s["A"] + (1 - beta_cov) * x.T @ x / x.shape[0]
+                s["B"] = beta_cov * s["B"] + (1 - beta_cov) * (2 / problem.n) * P.T @ P
+                if (t - 1) % root_interval == 0:
+                    c = 1 - beta_cov**t
+                    s["Ai"], s["Bi"] = inverse(s["A"] / c), inverse(s["B"] / c)
+                u = s["Bi"] @ m.weight.grad @ s["Ai"]
+                if momentum > 0:
+                    s["buf"] = momentum * s["buf"] + (1 - momentum) * u
+                    u = s["buf"]
+                m.weight -= lr * u
+    return np.array(losses), problem.weights_of(model).numpy()
+
+
+@pytest.mark.parametrize("hyper,lrs", [
+    ({}, [1e-3, 1e-2, 3e-2]),
+    (dict(momentum=0.0, beta_cov=0.5, damping=1.0, root_interval=3), [0.03, 0.1, 0.3]),
+])
+def test_kfac_lanes_match_a_per_layer_loop(hyper, lrs):
+    steps = 12
+    s = sweep(SMALL, "kfac", lrs, steps, hyper=hyper, dtype=torch.float64, keep_weights=True, max_loss=None,
+              progress=False)
+    for i, lr in enumerate(lrs):
+        losses, weights = _kfac_loop(SMALL, lr, steps, 0, **hyper)
+        assert np.isfinite(losses).all()
+        np.testing.assert_allclose(s.loss[0, i], losses, rtol=1e-8, err_msg=f"lr={lr}")
+        np.testing.assert_allclose(s.weights[0, i], weights, rtol=1e-8, atol=1e-12)
+
+
+def test_kfac_is_gauss_newton_one_layer_jumps_to_least_squares():
+    """At lr 1 with no averaging, damping or momentum, K-FAC on one layer is Newton's method
+    on a quadratic: one step lands on the first batch's least-squares solution."""
+    one = DeepLinearRegression(n=6, depth=1, batch=40)
+    s = sweep(one, "kfac", [1.0], 1, hyper=dict(momentum=0.0, beta_cov=0.0, damping=0.0), dtype=torch.float64,
+              keep_weights=True, progress=False)
+    X, T = one.batch(0, 0)
+    solution = torch.linalg.lstsq(X, T).solution
+    np.testing.assert_allclose(s.weights[0, 0, 0], solution.numpy(), rtol=1e-9, atol=1e-10)
+    with pytest.raises(ValueError, match="squared loss; this problem's loss is"):
+        sweep(PureNoise(n=4, depth=2, batch=8), "kfac", [0.1], 2)
+
+
+def test_grafted_shampoo_takes_adams_step_size():
+    """Grafting: each layer's first step has the Frobenius norm of Adam's first step."""
+    lr = 1e-3
+    graft = sweep(SMALL, "shampoo_graft", [lr], 1, dtype=torch.float64, keep_weights=True, progress=False)
+    adam = sweep(SMALL, "adam", [lr], 1, dtype=torch.float64, keep_weights=True, progress=False)
+    start = SMALL.initial_weights(0).to(torch.float64).numpy()
+    step_graft = np.linalg.norm(graft.weights[0, 0] - start, axis=(-2, -1))
+    step_adam = np.linalg.norm(adam.weights[0, 0] - start, axis=(-2, -1))
+    np.testing.assert_allclose(step_graft, step_adam, rtol=1e-6)
+
+
+def test_soap_first_call_only_starts_the_factors():
+    s = sweep(SMALL, "soap", [1e-2], 1, dtype=torch.float64, keep_weights=True, max_loss=None)
+    start = SMALL.initial_weights(0).to(torch.float64)
+    np.testing.assert_array_equal(s.weights[0, 0], start.numpy() if hasattr(start, "numpy") else start)
 
 
 def test_engine_matches_in_float32():
@@ -120,6 +279,10 @@ def test_hyperparameters_are_validated():
         sweep(SMALL, "lion", [1e-3], 2)
     with pytest.raises(ValueError, match="lrs"):
         sweep(SMALL, "sgd", [-1.0], 2)
+    with pytest.raises(ValueError, match="shampoo_beta must be in"):
+        sweep(SMALL, "soap", [1e-3], 2, hyper={"shampoo_beta": 1.5})
+    with pytest.raises(ValueError, match="precondition_frequency must be a positive int, got 0"):
+        sweep(SMALL, "soap", [1e-3], 2, hyper={"precondition_frequency": 0})
     assert DEFAULTS["iso"]["root_interval"] == 10
 
 

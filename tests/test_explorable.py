@@ -174,6 +174,24 @@ def test_show_displays_frames_in_static_mode(monkeypatch):
     assert len(shown) == 1
 
 
+def test_shown_keeps_every_shown_explorable_in_order(monkeypatch):
+    """A chapter writes ``build().show()`` and keeps no reference; the benchmark times what
+    ``shown()`` kept."""
+    import gc
+
+    from isolab.explorable import shown
+
+    monkeypatch.setenv(MODE_VARIABLE, "none")
+    before = len(shown())
+    make().show()
+    hidden = make()  # built, never shown
+    make().show()
+    gc.collect()
+    kept = shown()[before:]
+    assert len(kept) == 2 and hidden not in kept
+    assert kept[0]._serial < kept[1]._serial
+
+
 def test_registry_lists_live_explorables_in_creation_order():
     a, b = make(), make()
     alive = registry()

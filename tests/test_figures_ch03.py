@@ -74,13 +74,7 @@ def test_offdiagonal_share_and_batchnorm_share():
     assert stats.batchnorm_share > 0.95
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """As in the chapter: these matrices are tiny, and two threads on a busy machine are slower than one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,10 @@ from matplotlib.figure import Figure
 
 from isolab import feature_step, linalg
 from isolab.explorable import MIN_MAIN_VALUES, Explorable, Promise, Slider, always
-from isolab.figures import ch04, style
+from isolab.figures import ch04
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _style_and_one_thread():
-    """The book's style; one thread, as the chapter runs (its matrices are small)."""
-    style.use()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("book_figures")
 
 
 def _png(fig: Figure) -> bytes:

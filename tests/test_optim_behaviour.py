@@ -171,7 +171,7 @@ def test_lean_state_handles_an_exactly_zero_gradient_covariance():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), torch.nn.Linear(8, 4, bias=False))
         torch.nn.init.zeros_(model[1].weight)
-        opt = IsoAdam(model, stat_interval=stat_interval, root_interval=10)
+        opt = IsoAdam(model, stat_interval=stat_interval, root_interval=10, weight_decay=0.0)
         before = model[0].weight.detach().clone()
         model(torch.randn(16, 8)).square().mean().backward()
         opt.step()

@@ -34,9 +34,9 @@ FACTORIES = {
     "iso": lambda m: Iso(m, lr=0.02, root_interval=3, adam_lr=1e-2),
     "iso-newton": lambda m: Iso(m, lr=0.02, root_interval=1, root_method="newton", damping=1e-2, adam_lr=1e-2),
     "iso-eigenbasis": lambda m: Iso(m, lr=0.02, root_interval=1, root_method="eigenbasis", adam_lr=1e-2),
-    "isoadam-eigenbasis": lambda m: IsoAdam(m, lr=1e-2, root_interval=2, root_method="eigenbasis"),
-    "isoadam": lambda m: IsoAdam(m, lr=1e-2, root_interval=2),
-    "isoadam-stat3": lambda m: IsoAdam(m, lr=1e-2, stat_interval=3, root_interval=3, warmup_steps=1),
+    "isoadam-eigenbasis": lambda m: IsoAdam(m, lr=1e-2, root_interval=2, root_method="eigenbasis", weight_decay=0.0),
+    "isoadam": lambda m: IsoAdam(m, lr=1e-2, root_interval=2, weight_decay=0.0),
+    "isoadam-stat3": lambda m: IsoAdam(m, lr=1e-2, stat_interval=3, root_interval=3, warmup_steps=1, weight_decay=0.0),
 }
 
 
@@ -62,7 +62,7 @@ def _train(model, opt, x, y, steps, closure=False):
 def test_isoadam_without_whitening_is_adam_step_for_step():
     x, y = _data()
     a, b = _mlp(), _mlp()
-    ref = torch.optim.Adam(a.parameters(), lr=3e-3, betas=(0.8, 0.99), eps=1e-7)
+    ref = torch.optim.AdamW(a.parameters(), lr=3e-3, betas=(0.8, 0.99), eps=1e-7)  # AdamW's default decay 0.01
     opt = IsoAdam(b, lr=3e-3, betas=(0.8, 0.99), eps=1e-7, whiten=False)
     assert opt.statistics is None
     for _ in range(8):
@@ -110,7 +110,8 @@ def test_isoadam_first_step_is_lr_times_iso_adam_first_step():
     layer, x, t = _one_layer(seed=3)
     X, G = _captured(layer, x, t)
     w0 = layer.weight.detach().clone()
-    opt = IsoAdam(layer, lr=0.01, beta_cov=0.0, damping=0.0, eps=1e-12, root_interval=1, stats_dtype=torch.float64)
+    opt = IsoAdam(layer, lr=0.01, beta_cov=0.0, damping=0.0, eps=1e-12, root_interval=1, stats_dtype=torch.float64,
+                  weight_decay=0.0)
     (layer(x) - t).pow(2).mean().backward()
     opt.step()
     expected = 0.01 * updates.iso_adam_first_step(X, G, eps=1e-12)
@@ -339,11 +340,11 @@ def test_zero_gradient_gives_zero_update(name):
 
 
 def test_model_without_linear_layers():
-    model = nn.Sequential(nn.Conv1d(2, 2, 3), nn.ReLU())
+    model = nn.Sequential(nn.Conv3d(2, 2, 3), nn.ReLU())
     for cls in (Iso, IsoAdam):
-        with pytest.raises(ValueError, match="no nn.Linear"):
+        with pytest.raises(ValueError, match="no layer whose inputs and output gradients can be captured"):
             cls(model)
-    with pytest.raises(ValueError, match="no nn.Linear weight"):
+    with pytest.raises(ValueError, match="no hidden weight matrix"):
         Muon(nn.Sequential(nn.LayerNorm(4)))
     with pytest.raises(TypeError, match="needs the model"):
         Iso([nn.Parameter(torch.ones(2, 2))])
@@ -412,3 +413,25 @@ def test_group_override_validated():
         Muon([{"params": [m[0].weight], "lr": -1}])
     with pytest.raises(ValueError, match="algorithm"):
         Muon([{"params": [m[0].weight], "algorithm": "sgd"}])
+
+
+def test_shampoo_adam_grafting_takes_adams_step_size_and_validates():
+    """graft="adam": Shampoo's direction with Adam's (momentum-free) step size, matrix by matrix."""
+    torch.manual_seed(0)
+    layer = nn.Linear(6, 4, bias=False)
+    start = layer.weight.detach().clone()
+    opt = Shampoo(layer, lr=1e-2, beta=0.999, graft="adam", graft_eps=1e-8)
+    x = torch.randn(32, 6)
+    layer(x).square().mean().backward()
+    g = layer.weight.grad.clone()
+    opt.step()
+    step = (layer.weight.detach() - start).norm()
+    adam_first = (1e-2 * g / (g.abs() + 1e-8)).norm()
+    assert torch.allclose(step, adam_first, rtol=1e-5)
+    direction = (start - layer.weight.detach()) / step
+    raw = linalg.symmetric_inverse_root(g @ g.T, 4, 1e-6) @ g @ linalg.symmetric_inverse_root(g.T @ g, 4, 1e-6)
+    assert torch.allclose(direction, raw / raw.norm(), atol=1e-5), "the direction stays Shampoo's"
+    with pytest.raises(ValueError, match="graft must be None or 'adam', got 'sgd'"):
+        Shampoo(layer, graft="sgd")
+    with pytest.raises(ValueError, match="graft_beta2"):
+        Shampoo(layer, graft="adam", graft_beta2=1.0)

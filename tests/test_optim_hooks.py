@@ -137,8 +137,10 @@ def test_split_parameters_routes_explicitly():
     assert list(split["embedding"]) == ["emb.weight"]
     assert list(split["head"]) == ["head.weight"]
     assert set(split["vector"]) == {"fc.bias", "norm.weight", "norm.bias", "scale"}
-    # without head=, the head is a Linear and goes to matrix: explicit, not guessed
-    assert "head.weight" in split_parameters(net)["matrix"]
+    # head="auto" (default): a Linear onto the embedding's vocabulary is the untied LM head
+    assert "head.weight" in split_parameters(net)["head"]
+    # head=None: no head; the Linear is a matrix like the others
+    assert "head.weight" in split_parameters(net, head=None)["matrix"]
 
 
 def test_split_parameters_tied_and_frozen():
@@ -151,11 +153,19 @@ def test_split_parameters_tied_and_frozen():
 
 
 def test_split_parameters_refuses_to_guess():
-    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4, 2))
-    with pytest.raises(ValueError, match=r"0\.weight \(4, 3, 3, 3\)"):
+    class Bare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Parameter(torch.ones(4, 3))
+            self.fc = nn.Linear(4, 2)
+
+    net = Bare()
+    with pytest.raises(ValueError, match=r"table \(4, 3\)"):
         split_parameters(net)
     split = split_parameters(net, others="vector")
-    assert "0.weight" in split["vector"]
+    assert "table" in split["vector"]
+    # convolution kernels are hidden matrices (read as (out, -1)), not guessed
+    assert "0.weight" in split_parameters(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4, 2)))["matrix"]
     with pytest.raises(ValueError, match="not part of the model"):
         split_parameters(net, head=nn.Linear(2, 2))
     with pytest.raises(TypeError):

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from isolab.engine import resolve_hyper
 from isolab.results import Sweep, compare_outcomes, edge_of_divergence, load
@@ -33,12 +32,7 @@ _spec.loader.exec_module(rs)
 _VOLATILE = {"seconds", "pilot_seconds", "run", "roots", "num_threads"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -168,7 +168,7 @@ def sweep(
 
     Args:
         optimizer: ``"sgd"``, ``"signsgd"``, ``"adam"``, ``"muon"``, ``"shampoo"``,
-            ``"iso"`` or ``"isoadam"``.
+            ``"iso"``, ``"isoadam"``, ``"soap"``, ``"shampoo_graft"`` or ``"kfac"``.
         lrs: learning rates (``>= 0``).
         steps: iterations; the loss is recorded before each and after the last
             (``steps + 1`` values, index = number of updates done).
@@ -225,6 +225,7 @@ def sweep(
     k, n = problem.depth, problem.n
     b = problem.batch_size
     rule.batch = b
+    rule.check_problem(problem)
 
     _keep_freed_memory()
     with _threads(num_threads), torch.no_grad():

@@ -12,11 +12,16 @@ from ..optim import Iso, IsoAdam, Muon, Shampoo, SignSGD
 from ..problems import LinearProblem
 from .rules_lanes import resolve_hyper
 
-__all__ = ["make_optimizer", "reference_run"]
+__all__ = ["make_optimizer", "reference_run", "REFERENCED"]
+
+#: The engine optimizers with a one-at-a-time ``torch.optim`` reference (:func:`make_optimizer`);
+#: ``kfac`` has none; it is tested against a per-layer loop.
+REFERENCED = ("sgd", "signsgd", "adam", "muon", "shampoo", "iso", "isoadam", "soap", "shampoo_graft")
 
 
 def make_optimizer(name: str, model: torch.nn.Module, lr: float, hyper: Optional[dict] = None, stats_dtype=None):
-    """The ``torch.optim`` optimizer that engine optimizer ``name`` reproduces, on ``model``."""
+    """The ``torch.optim`` optimizer that engine optimizer ``name`` reproduces, on ``model``
+    (for ``"soap"``: pytorch-optimizer's ``SOAP``, the well-kept reference implementation)."""
     h = resolve_hyper(name, hyper)
     sd = stats_dtype or next(model.parameters()).dtype
     if name == "sgd":
@@ -35,14 +40,26 @@ def make_optimizer(name: str, model: torch.nn.Module, lr: float, hyper: Optional
     if name == "shampoo":
         return Shampoo(model, lr=lr, beta=h["beta"], damping=h["damping"], root_interval=h["root_interval"],
                        weight_decay=h["weight_decay"], stats_dtype=sd)
+    if name == "shampoo_graft":  # exponential factors: a decayed sum, the same direction after grafting
+        return Shampoo(model, lr=lr, beta=h["betas"][1], damping=h["damping"], root_interval=h["root_interval"],
+                       weight_decay=h["weight_decay"], stats_dtype=sd, momentum=h["betas"][0], graft="adam",
+                       graft_beta2=h["betas"][1], graft_eps=h["graft_eps"])
+    if name == "soap":
+        try:
+            from pytorch_optimizer import SOAP
+        except ImportError as error:  # a test-only dependency (requirements.txt), not the library's
+            raise ImportError("the reference for the engine's 'soap' lanes is pytorch-optimizer's SOAP: "
+                              "pip install pytorch-optimizer") from error
+        return SOAP(model.parameters(), lr=lr, betas=h["betas"], shampoo_beta=h["shampoo_beta"], eps=h["eps"],
+                    precondition_frequency=h["precondition_frequency"], weight_decay=h["weight_decay"])
     common = dict(beta_cov=h["beta_cov"], damping=h["damping"], root_interval=h["root_interval"],
                   root_method=h["root_method"], root_tol=h["root_tol"], weight_decay=h["weight_decay"],
                   stats_dtype=sd)
     if name == "iso":
-        return Iso(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], **common)
+        return Iso(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], shrinkage=False, **common)
     if name == "isoadam":
-        return IsoAdam(model, lr=lr, betas=h["betas"], eps=h["eps"], **common)
-    raise ValueError(f"unknown optimizer {name!r}")
+        return IsoAdam(model, lr=lr, betas=h["betas"], eps=h["eps"], shrinkage=False, **common)
+    raise ValueError(f"engine optimizer {name!r} has no torch.optim reference; those that do: {REFERENCED}")
 
 
 def reference_run(problem: LinearProblem, optimizer: str, lr: float, steps: int, *, seed: int = 0,

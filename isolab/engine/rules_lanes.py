@@ -1,4 +1,4 @@
-r"""The seven optimizers as vectorized *lane rules*: one update for every lane of a sweep.
+r"""The optimizers as vectorized *lane rules*: one update for every lane of a sweep.
 
 Shapes: weights ``W`` and gradients ``g`` are ``(layers, lanes, out, in)`` in torch's
 layout (``nn.Linear.weight``, the transpose of the book's row-convention ``W``;
@@ -15,7 +15,11 @@ Hyperparameters and their defaults are the optimizers' (:data:`DEFAULTS`):
 ``torch.optim.Adam`` (``torch.optim.AdamW`` with ``weight_decay``), ``muon``,
 ``shampoo``, ``iso``, ``isoadam`` = :mod:`isolab.optim`'s (Iso and IsoAdam with
 ``stat_interval=1`` and no warm-up; ``root_method`` ``"eigh"`` or ``"newton"``, the
-latter with the batched tracking of :mod:`isolab.engine.roots`).
+latter with the batched tracking of :mod:`isolab.engine.roots`); ``soap`` =
+pytorch-optimizer's ``SOAP`` (a reference baseline; :class:`SOAPRule`); ``shampoo_graft``
+= Shampoo with Adam grafting as Distributed Shampoo runs it (:class:`GraftedShampooRule`;
+:class:`isolab.optim.Shampoo` with ``graft="adam"``); ``kfac`` =
+K-FAC with the squared loss's Gauss--Newton factors (:class:`KFACRule`, tested the same way).
 
 Every state tensor has the lane dimension at position 1, so the engine can drop lanes
 (diverged or retired) with one ``index_select`` per tensor.
@@ -51,6 +55,14 @@ DEFAULTS: dict[str, dict] = {
                 root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0),
     "isoadam": dict(betas=(0.9, 0.999), eps=1e-8, beta_cov=0.95, damping=1e-3, root_interval=10,
                     root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0),
+    # Shampoo in the form Distributed Shampoo trains with (Shi et al. 2023): EMA factors,
+    # Adam grafting of the step's size, momentum after grafting (GraftedShampooRule)
+    "shampoo_graft": dict(betas=(0.9, 0.999), graft_eps=1e-8, damping=1e-6, root_interval=10, weight_decay=0.0),
+    # K-FAC (Martens & Grosse 2015): Iso's input covariance, the exact Gauss-Newton output factor
+    # (damping 0.1: at Iso's 1e-3 it diverges on deep linear networks at every lr tried)
+    "kfac": dict(momentum=0.9, nesterov=False, beta_cov=0.95, damping=0.1, root_interval=10, weight_decay=0.0),
+    # pytorch-optimizer's SOAP defaults, except weight decay (0 here, as every other lane)
+    "soap": dict(betas=(0.95, 0.95), shampoo_beta=None, eps=1e-8, precondition_frequency=10, weight_decay=0.0),
 }
 
 #: Names accepted by :func:`isolab.engine.sweep`.
@@ -127,6 +139,9 @@ class LaneRule:
 
     def init_state(self, W: Tensor) -> dict:
         return {}
+
+    def check_problem(self, problem) -> None:
+        """Raise ``ValueError`` if the rule cannot train ``problem`` (called once by the engine)."""
 
     def statistics(self, Xs: Tensor, Gs: Tensor, b: int, state: dict) -> dict:
         """Extra per-step tensors (lane dim 1) the update needs, before any lane is dropped
@@ -327,7 +342,168 @@ class IsoAdamRule(_WhitenedRule):
                                h["weight_decay"])
 
 
-_RULES = {r.name: r for r in (SGDRule, SignSGDRule, AdamRule, MuonRule, ShampooRule, IsoRule, IsoAdamRule)}
+class KFACRule(LaneRule):
+    r"""K-FAC (Martens & Grosse 2015) with the exact Gauss--Newton factors of the squared loss.
+
+    For the loss ``||Y - T||^2 / (b n)`` of a deep linear network the Gauss--Newton block
+    of layer ``i`` factors as ``A_i \otimes B_i`` with ``A_i = X_i^T X_i / b`` (the input
+    covariance, Iso's statistic) and ``B_i = (2/n) P_i^T P_i``, where ``P_i`` is the
+    product of the layers after ``i`` (``P_k = I``): the expected outer product of the
+    output gradients when targets are drawn from the model, which K-FAC uses in place of the
+    gradients of the actual targets (those would shrink with the residual and blow the step
+    up). The step is ``B_i^{-1} g A_i^{-1}``: at ``lr = 1``, no damping and no averaging, a
+    single layer jumps to the batch's least-squares solution.
+
+    Both factors are exponential averages (``beta_cov``, bias-corrected), damped relatively
+    (``damping * tr/n``, as every root in the book; K-FAC needs far more damping than Iso,
+    since inverses amplify small eigenvalues twice as much as inverse square roots) and
+    inverted every ``root_interval`` steps; exponential-average momentum (as Iso's, optionally Nesterov) on the step, then
+    decoupled weight decay. Squared-loss problems only.
+    """
+
+    name = "kfac"
+
+    def check_problem(self, problem) -> None:
+        if problem.loss_kind != "mse":
+            raise ValueError(f"kfac: the Gauss-Newton factors are those of the squared loss; "
+                             f"this problem's loss is {problem.loss_kind!r}")
+        self.n_out = problem.n
+
+    def init_state(self, W):
+        return {"buf": torch.zeros_like(W)} if self.h["momentum"] > 0 else {}
+
+    def statistics(self, Xs, Gs, b, state):
+        prev = state.get("cov_x")
+        return {"cov_x": rules.ema(Xs.mT @ Xs / b, prev, self.h["beta_cov"])}
+
+    def apply(self, W, g, stats, lr, t, state):
+        h = self.h
+        beta = h["beta_cov"]
+        k = W.shape[0]
+        after = [torch.eye(W.shape[-1], dtype=W.dtype).expand_as(W[0])]  # P_k = I, then P_{k-1}, ...
+        for i in range(k - 1, 0, -1):
+            after.append(after[-1] @ W[i])
+        P = torch.stack(after[::-1])  # P[i] = W[k-1] ... W[i+1] in torch's layout
+        B = (2.0 / self.n_out) * (P.mT @ P)
+        state["cov_x"] = stats["cov_x"]
+        state["B"] = rules.ema(B, state.get("B"), beta)
+        if "inv_x" not in state or rules.refresh_due(t, h["root_interval"]):
+            corr = rules.bias_correction(beta, t)
+            state["inv_x"] = linalg.symmetric_inverse_root(state["cov_x"] / corr, p=1, damping=h["damping"])
+            state["inv_g"] = linalg.symmetric_inverse_root(state["B"] / corr, p=1, damping=h["damping"])
+            self.root_stats["recomputed"] = self.root_stats.get("recomputed", 0) + 2 * B[..., 0, 0].numel()
+        u = updates.two_sided(g, state["inv_g"], state["inv_x"])
+        if h["momentum"] > 0:
+            u = rules.momentum_(state["buf"], u, h["momentum"], h["nesterov"])
+        rules.decoupled_weight_decay_(W, lr, h["weight_decay"])
+        rules.descend_(W, u, lr)
+
+
+class GraftedShampooRule(LaneRule):
+    r"""Shampoo with Adam grafting, in the form of Distributed Shampoo (Shi et al. 2023).
+
+    Shampoo supplies the *direction*, Adam the *size*, layer by layer; momentum comes
+    after the grafting (Distributed Shampoo grafts the second moment only):
+
+    - factors ``L <- \beta_2 L + (1-\beta_2) g g^T``, ``R <- \beta_2 R + (1-\beta_2) g^T g``
+      and Adam's ``v <- \beta_2 v + (1-\beta_2) g^2``, all bias-corrected;
+    - ``s = \hat L^{-1/4} g \hat R^{-1/4}`` (roots every ``root_interval`` steps, relative
+      ``damping``) and ``a = g / (\sqrt{\hat v} + \epsilon_g)``;
+    - the grafted step ``d = s \, \|a\|_F / \|s\|_F``, averaged by momentum
+      ``m <- \beta_1 m + (1-\beta_1) d`` (bias-corrected);
+    - ``W <- W (1 - lr\,wd) - lr\,\hat m``.
+
+    Unlike :class:`ShampooRule` (Gupta et al. 2018: sums forever, no grafting), an Adam
+    learning rate transfers: the step has Adam's size whatever the factors' scale.
+    (Distributed Shampoo also offers Nesterov momentum and a delayed start of the
+    preconditioning; this lane preconditions from the first step.)
+    """
+
+    name = "shampoo_graft"
+
+    def init_state(self, W):
+        return {"exp_avg": torch.zeros_like(W), "exp_avg_sq": torch.zeros_like(W),
+                "L": W.new_zeros(*W.shape[:-1], W.shape[-2]), "R": W.new_zeros(*W.shape[:-2], W.shape[-1], W.shape[-1])}
+
+    def apply(self, W, g, stats, lr, t, state):
+        h = self.h
+        beta1, beta2 = h["betas"]
+        L, R, m, v = state["L"], state["R"], state["exp_avg"], state["exp_avg_sq"]
+        L.lerp_(g @ g.mT, 1 - beta2)
+        R.lerp_(g.mT @ g, 1 - beta2)
+        v.lerp_(g.square(), 1 - beta2)
+        corr2 = rules.bias_correction(beta2, t)
+        if "L_root" not in state or rules.refresh_due(t, h["root_interval"]):
+            state["L_root"] = linalg.symmetric_inverse_root(L / corr2, p=4, damping=h["damping"])
+            state["R_root"] = linalg.symmetric_inverse_root(R / corr2, p=4, damping=h["damping"])
+            self.root_stats["recomputed"] = self.root_stats.get("recomputed", 0) + 2 * L[..., 0, 0].numel()
+        direction = updates.two_sided(g, state["L_root"], state["R_root"])
+        adam = g / ((v / corr2).sqrt() + h["graft_eps"])
+        norms = torch.linalg.matrix_norm(direction, keepdim=True).clamp_min(torch.finfo(g.dtype).tiny)
+        grafted = direction * (torch.linalg.matrix_norm(adam, keepdim=True) / norms)
+        m.lerp_(grafted, 1 - beta1)
+        rules.decoupled_weight_decay_(W, lr, h["weight_decay"])
+        rules.descend_(W, m / rules.bias_correction(beta1, t), lr)
+
+
+class SOAPRule(LaneRule):
+    r"""SOAP (Vyas et al. 2024): Adam in the eigenbasis of Shampoo's factors.
+
+    As the reference implementation (pytorch-optimizer's ``SOAP`` on 2-D parameters, no
+    dimension merging), step for step:
+
+    - the first call only starts the factors ``L = (1-\beta_s) g g^T``, ``R = (1-\beta_s)
+      g^T g`` and their eigenbases ``Q_L``, ``Q_R``; the weights do not move;
+    - every later call ``t`` (counting from 2) takes Adam's step in the rotated basis:
+      ``m <- lerp(m, g, 1-\beta_1)`` (in the parameter's basis),
+      ``v <- lerp(v, (Q_L^T g Q_R)^2, 1-\beta_2)``, and
+      ``W <- W - lr \sqrt{1-\beta_2^{t-1}}/(1-\beta_1^{t-1}) Q_L [(Q_L^T m Q_R) / (\sqrt v +
+      \epsilon)] Q_R^T``, then ``W <- W (1 - lr\,wd)``;
+    - then the factors are averaged with the new gradient (``\beta_s`` = ``shampoo_beta``,
+      ``\beta_2`` when ``None``) and, every ``precondition_frequency`` calls, the bases
+      are refreshed by one power iteration and a QR decomposition
+      (:func:`isolab.rules.soap_refresh_eigenbasis`).
+    """
+
+    name = "soap"
+
+    def init_state(self, W):
+        return {"exp_avg": torch.zeros_like(W), "exp_avg_sq": torch.zeros_like(W)}
+
+    def _average_factors(self, g, state):
+        beta = self.h["shampoo_beta"] if self.h["shampoo_beta"] is not None else self.h["betas"][1]
+        if "L" not in state:
+            state["L"] = g.new_zeros(*g.shape[:-1], g.shape[-2])
+            state["R"] = g.new_zeros(*g.shape[:-2], g.shape[-1], g.shape[-1])
+        state["L"].lerp_(g @ g.mT, 1 - beta)
+        state["R"].lerp_(g.mT @ g, 1 - beta)
+
+    def apply(self, W, g, stats, lr, t, state):
+        h = self.h
+        if t == 1:
+            self._average_factors(g, state)
+            state["Q_L"], state["Q_R"] = rules.soap_eigenbasis(state["L"]), rules.soap_eigenbasis(state["R"])
+            return
+        beta1, beta2 = h["betas"]
+        step = t - 1  # the reference's count of updates taken
+        size = lr * (rules.bias_correction(beta2, step) ** 0.5 / rules.bias_correction(beta1, step))
+        m, v, QL, QR = state["exp_avg"], state["exp_avg_sq"], state["Q_L"], state["Q_R"]
+        rotated = rules.soap_rotate(g, QL, QR)
+        m.lerp_(g, 1 - beta1)
+        v.lerp_(rotated.square(), 1 - beta2)
+        direction = rules.soap_unrotate(rules.soap_rotate(m, QL, QR) / v.sqrt().add_(h["eps"]), QL, QR)
+        W.sub_(size * direction)
+        if h["weight_decay"]:
+            W.mul_(1 - h["weight_decay"] * lr)
+        self._average_factors(g, state)
+        if step % h["precondition_frequency"] == 0:
+            state["Q_L"], v = rules.soap_refresh_eigenbasis(state["L"], QL, v, -2)
+            state["Q_R"], v = rules.soap_refresh_eigenbasis(state["R"], QR, v, -1)
+            state["exp_avg_sq"] = v
+
+
+_RULES = {r.name: r for r in (SGDRule, SignSGDRule, AdamRule, MuonRule, ShampooRule, IsoRule, IsoAdamRule, SOAPRule,
+                                          GraftedShampooRule, KFACRule)}
 
 
 def _validate(name: str, h: dict) -> None:
@@ -353,7 +529,11 @@ def _validate(name: str, h: dict) -> None:
         if len(b) != 2 or not all(0 <= x < 1 for x in b):
             raise ValueError(f"{name}: betas must be a pair in [0, 1), got {h['betas']!r}")
         h["betas"] = b
-    for k in ("root_interval", "ns_steps"):
+    if "shampoo_beta" in h and h["shampoo_beta"] is not None:
+        nonneg("shampoo_beta")
+        if not h["shampoo_beta"] < 1:
+            raise ValueError(f"{name}: shampoo_beta must be in [0, 1) or None, got {h['shampoo_beta']!r}")
+    for k in ("root_interval", "ns_steps", "precondition_frequency"):
         if k in h and (isinstance(h[k], bool) or not isinstance(h[k], int) or h[k] < 1):
             raise ValueError(f"{name}: {k} must be a positive int, got {h[k]!r}")
     if "root_method" in h and h["root_method"] not in ("eigh", "newton"):

@@ -6,6 +6,9 @@ r"""Figures of Chapter 12 (two-sided preconditioners).
   promises share).
 - :func:`exponent_family`: the explorable over the exponent ``p`` and the condition
   number ``κ`` of the transforms.
+- :func:`family_training`: the family trained on one problem under the tuning protocol
+  (median loss curves over held-out seeds, and each optimizer's final loss with its
+  bootstrap interval).
 
 The exponents that are an optimizer (0: SGD, 1/4: Shampoo in the noise regime, 1/2: Iso,
 1: K-FAC) are drawn in that optimizer's book-wide colour.
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
+from matplotlib.figure import Figure
 
 from isolab import updates
 from isolab.explorable import Explorable, Promise, Slider, always
@@ -24,7 +29,7 @@ from isolab.plotting import log_ticks
 from isolab.seeding import generator
 from isolab.tensor_iso import power_update
 
-__all__ = ["EXPONENTS", "KAPPAS", "NAMES", "family_ratios", "exponent_family", "EXPLORABLES"]
+__all__ = ["EXPONENTS", "KAPPAS", "NAMES", "family_ratios", "exponent_family", "family_training", "EXPLORABLES"]
 
 EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: Condition numbers of the transforms: 1 to 1000, about three per decade.
@@ -104,6 +109,47 @@ def exponent_family(X, G, transform) -> Explorable:
         caption="The exponent family Cov(X)^-p grad Cov(G)^-p under random changes of coordinates: "
                 "p = 1/2 (Iso) keeps the step size, p = 1 (K-FAC) keeps the predicted loss decrease.",
     )
+
+
+def _look_of(label: str) -> dict:
+    """A family member's line: the optimizer's book-wide look; the grafted Shampoo dotted."""
+    if label.startswith("Shampoo") and label != "Shampoo":
+        return style.line("Shampoo", label=label, markers=False, linestyle=":")
+    return style.line(label, markers=False)
+
+
+def family_training(curves: dict, intervals: dict) -> Figure:
+    """Left: the median training loss over held-out seeds (band: their middle half) against steps,
+    one curve per optimizer (``curves``: label -> ``(seeds, steps+1)`` array). Right: the
+    final loss of every held-out seed (dots) with the median and its bootstrap interval
+    (``intervals``: label -> ``(median, low, high)``), best at the top."""
+    fig = Figure(figsize=(style.FIG_WIDTH, 4.2))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.45)
+    ax_curves, ax_final = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1.25, 1]))
+    order = sorted(curves, key=lambda k: intervals[k][0])
+    for label in order:
+        loss = np.asarray(curves[label], dtype=float)
+        steps = np.arange(loss.shape[1])
+        kw = _look_of(label)
+        ax_curves.plot(steps, np.median(loss, axis=0), **kw)
+        finite = np.where(np.isfinite(loss), loss, 1e300)  # a diverged seed counts as the worst
+        low, high = np.quantile(finite, [0.25, 0.75], axis=0)
+        ax_curves.fill_between(steps, low, np.minimum(high, 1e3), color=kw["color"], alpha=0.12, lw=0)
+    ax_curves.set_yscale("log")
+    ax_curves.set(xlabel="step", ylabel="training loss", ylim=(3e-4, 1e2), title="median and middle half of the seeds")
+    ax_curves.legend(fontsize=10, ncol=2, loc="upper right", frameon=False, handlelength=1.8)
+    for row, label in enumerate(order):
+        kw = _look_of(label)
+        final = np.asarray(curves[label], dtype=float)[:, -1]
+        shown = np.where(np.isfinite(final), np.clip(final, 3e-4, 1e2), 1e2)  # diverged seeds at the right edge
+        ax_final.scatter(shown, np.full(final.size, row), s=14, color=kw["color"], alpha=0.5, lw=0)
+        median, low, high = intervals[label]
+        ax_final.plot([max(low, 3e-4), min(high, 1e2)], [row, row], color=kw["color"], lw=2.5)
+        ax_final.plot([min(median, 1e2)], [row], marker="o", ms=7, color=kw["color"])
+    ax_final.set_xscale("log")
+    ax_final.set(xlim=(3e-4, 1.3e2), ylim=(len(order) - 0.5, -0.5), yticks=range(len(order)), yticklabels=order,
+                 xlabel="final loss (log)", title="median, 90% interval, seeds")
+    return fig
 
 
 EXPLORABLES = ()  # the builder needs the chapter's batch and its random transforms

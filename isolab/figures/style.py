@@ -75,6 +75,8 @@ ROLES: dict[str, str] = {
     "bound": "#777777",       # a theoretical bound or reference line
     "highlight": "#EE7733",   # the one point the caption is about
     "muted": "#BBBBBB",       # context drawn behind the message
+    "ink": "#000000",         # annotations: arrows, labels, outlines
+    "background": "#FFFFFF",  # the page: open markers, halos behind text
 }
 
 _ALIASES = {name.lower().replace("-", "").replace(" ", ""): name for name in OPTIMIZERS}

@@ -6,6 +6,15 @@ carry an ``"algorithm"`` key: the optimizer's own matrix algorithm (``"muon"``,
 are not hidden weight matrices. One object, one ``state_dict``, and learning-rate
 schedulers act on every group.
 
+Schedulers act on every group's ``lr`` (a float, or a one-element tensor as ``torch.optim``
+accepts). Schedulers that cycle momentum (``OneCycleLR(cycle_momentum=True)``, ``CyclicLR``)
+write ``betas[0]`` in every group of IsoAdam, and ``momentum`` in every group of Muon, Iso,
+Shampoo and SignSGD; there the AdamW fallback group keeps its own ``betas`` (the ``momentum``
+key written into it is not read).
+
+Loading a state dict saved by another optimizer class raises ``ValueError`` saying so (the
+groups' ``algorithm`` tags identify the class), instead of failing later with a ``KeyError``.
+
 A ``step`` runs in two phases: *validate* (every gradient finite, every new statistic and
 inverse root finite and computable), then *apply*. An error in the first phase leaves
 parameters and optimizer state exactly as they were.
@@ -40,8 +49,22 @@ def check_float(name: str, value, *, low=None, high=None, low_open=False, high_o
     return v
 
 
-def check_lr(value, name="lr") -> float:
+def check_lr(value, name="lr"):
+    """A learning rate ``>= 0``: a real number, or (as ``torch.optim`` accepts) a one-element
+    tensor, which is returned as is so that schedulers can ``fill_`` it in place."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} as a Tensor must have one element, got shape {tuple(value.shape)}")
+        if value.is_complex() or not value.is_floating_point():
+            raise ValueError(f"{name} as a Tensor must be a floating-point tensor, got {value.dtype}")
+        check_float(name, float(value), low=0.0)
+        return value
     return check_float(name, value, low=0.0)
+
+
+def as_float(value):
+    """A hyperparameter as a Python float (a one-element tensor lr is read once per step)."""
+    return float(value) if isinstance(value, torch.Tensor) else value
 
 
 def check_beta(value, name) -> float:
@@ -125,13 +148,15 @@ def adam_step(param: torch.Tensor, grad: torch.Tensor, state: dict, lr, betas, e
     )
 
 
-def adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay):
-    """Validated hyperparameters of the AdamW fallback group (named ``adam_*`` in the
-    optimizers' signatures, so an error names the argument the caller passed)."""
-    check_lr(adam_lr, "adam_lr")
-    check_betas(adam_betas, "adam_betas")
-    check_eps(adam_eps, "adam_eps")
-    check_nonneg(adam_weight_decay, "adam_weight_decay")
+def adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay,
+                           names=("adam_lr", "adam_betas", "adam_eps", "adam_weight_decay")):
+    """Validated hyperparameters of the AdamW fallback group. ``names`` are the arguments the
+    caller passed (``adam_lr``..., or ``lr``... where IsoAdam's fallback inherits its own),
+    so that an error names what the user wrote."""
+    check_lr(adam_lr, names[0])
+    check_betas(adam_betas, names[1])
+    check_eps(adam_eps, names[2])
+    check_nonneg(adam_weight_decay, names[3])
     return dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
 
 
@@ -158,7 +183,7 @@ class RoutedOptimizer(Optimizer):
         adam_defaults: dict,
         *,
         embeddings=None,
-        head=None,
+        head="auto",
         others="raise",
         matrix_params=None,
     ):
@@ -169,7 +194,7 @@ class RoutedOptimizer(Optimizer):
         if isinstance(params, nn.Module):
             model = params
             self.model = model
-            split = split_parameters(model, embeddings=embeddings, head=head, others=others)
+            split = self._reroute(split_parameters(model, embeddings=embeddings, head=head, others=others))
             for group in split.values():
                 for name, p in group.items():
                     self._names[id(p)] = name
@@ -181,14 +206,26 @@ class RoutedOptimizer(Optimizer):
                 groups.append({"params": rest, "algorithm": "adam"})
             if not split["matrix"]:
                 raise ValueError(
-                    f"{type(self).__name__}: the model has no nn.Linear weight to optimize "
-                    f"(parameters found: {sum(len(g) for g in split.values())}); "
-                    "a matrix optimizer needs at least one nn.Linear layer"
+                    f"{type(self).__name__}: the model has no hidden weight matrix to optimize (nn.Linear, "
+                    f"convolution or attention weight; parameters found: {sum(len(g) for g in split.values())}); "
+                    "a matrix optimizer needs at least one"
                 )
             params = groups
-        elif embeddings is not None or head is not None:
+        elif embeddings is not None or not (head is None or (isinstance(head, str) and head == "auto")):
             raise ValueError("embeddings= and head= are only meaningful when a model (nn.Module) is passed")
         super().__init__(params, defaults)
+        self._steps_taken = 0
+        # max|w| of every parameter at construction: lets a later failure say whether the
+        # parameters blew up under this optimizer's steps (read only on the failure path)
+        self._start_scale = {}
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.numel() and p.device.type != "meta":
+                    self._start_scale[id(p)] = float(p.detach().abs().max())
+
+    def _reroute(self, split):
+        """Hook for subclasses: adjust :func:`split_parameters`' routing (Iso: unwhitenable matrices)."""
+        return split
 
     # -- groups -------------------------------------------------------------------
     def add_param_group(self, param_group: dict) -> None:
@@ -271,8 +308,38 @@ class RoutedOptimizer(Optimizer):
         p, gi = owners[bad]
         raise FloatingPointError(
             f"{type(self).__name__}: non-finite (NaN or Inf) gradient in {self._name(p, gi)}; "
-            "no parameter or optimizer state was changed"
+            "no parameter or optimizer state was changed" + self._diagnose_parameters()
         )
+
+    def _diagnose_parameters(self) -> str:
+        """On the failure path only: say whether the *parameters* had blown up under this
+        optimizer's own steps (then the non-finite gradient is their consequence)."""
+        worst, worst_p, worst_gi, bad = 0.0, None, None, None
+        for gi, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                a = float(p.detach().abs().max()) if p.numel() else 0.0
+                if not math.isfinite(a):
+                    bad = (p, gi)
+                    break
+                if a > worst:
+                    worst, worst_p, worst_gi = a, p, gi
+            if bad:
+                break
+        steps = self._steps_taken
+        if bad is not None:
+            return (
+                f". The parameters themselves are non-finite ({self._name(*bad)}) after {steps} step(s) of "
+                f"{type(self).__name__}: the optimizer's steps diverged and the gradient is their consequence "
+                "(lower the learning rate, or raise the damping)"
+            )
+        start = self._start_scale.get(id(worst_p)) if worst_p is not None else None
+        if start is not None and worst > 100 * max(start, 1.0):
+            return (
+                f". The parameters grew under {type(self).__name__}'s {steps} step(s): max|w| of "
+                f"{self._name(worst_p, worst_gi)} is {worst:.3g} (it was {start:.3g} when the optimizer was "
+                "created): the optimizer's steps diverged, not the data (lower the learning rate, or raise the damping)"
+            )
+        return ""
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -294,7 +361,9 @@ class RoutedOptimizer(Optimizer):
             if group["algorithm"] == "adam":
                 for p in group["params"]:
                     if p.grad is not None:
-                        adam_step(p, p.grad, self.state[p], group["lr"], group["betas"], group["eps"], group["weight_decay"])
+                        adam_step(p, p.grad, self.state[p], as_float(group["lr"]), group["betas"], group["eps"],
+                                  group["weight_decay"])
+        self._steps_taken = getattr(self, "_steps_taken", 0) + 1
         self._after_step()
         return loss
 
@@ -313,6 +382,7 @@ class RoutedOptimizer(Optimizer):
         parameter to bfloat16. The entries listed in ``stat_keys`` are restored in their
         saved dtype, on the parameter's device.
         """
+        self._check_foreign_state_dict(state_dict)
         saved = state_dict.get("state", {})
         kept = {}
         for idx, st in saved.items():
@@ -321,6 +391,10 @@ class RoutedOptimizer(Optimizer):
                 if isinstance(v, torch.Tensor):
                     kept[(idx, k)] = v
         super().load_state_dict(state_dict)
+        for g in self.param_groups:  # hyperparameters added after the state dict was saved
+            for k, v in (self.defaults if g["algorithm"] != "adam" else self._adam_defaults).items():
+                if k != "params":
+                    g.setdefault(k, v)
         if kept:
             params = [p for g in self.param_groups for p in g["params"]]
             saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
@@ -329,6 +403,26 @@ class RoutedOptimizer(Optimizer):
                 p = id_map[idx]
                 self.state[p][k] = v.to(device=p.device, copy=True)
         self._after_load()
+
+    def _check_foreign_state_dict(self, state_dict) -> None:
+        """Refuse, with a clear message, a state dict saved by another optimizer class."""
+        cls = type(self).__name__
+        if not isinstance(state_dict, dict) or "param_groups" not in state_dict or "state" not in state_dict:
+            raise ValueError(f"{cls}.load_state_dict: expected a dict with 'state' and 'param_groups' "
+                             f"(from {cls}.state_dict()), got {type(state_dict).__name__}")
+        for i, g in enumerate(state_dict["param_groups"]):
+            algo = g.get("algorithm")
+            if algo is None:
+                raise ValueError(
+                    f"{cls}.load_state_dict: parameter group {i} of this state dict has no 'algorithm' key, so it "
+                    f"was not saved by {cls} (a torch.optim optimizer's, or SignSGD's?); load it into the class "
+                    "that saved it"
+                )
+            if algo not in (self.algorithm, "adam"):
+                raise ValueError(
+                    f"{cls}.load_state_dict: parameter group {i} was saved with algorithm={algo!r}, i.e. by another "
+                    f"optimizer class; {cls} groups use {self.algorithm!r} or 'adam'. Load it into the class that saved it"
+                )
 
     def _after_load(self) -> None:
         pass

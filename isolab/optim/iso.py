@@ -14,7 +14,12 @@ captured inputs ``X_t ∈ R^{b×n}`` and output gradients ``G_t = ∂L/∂Y ∈ 
 2. **Bias correction** (as Adam's): ``Ĉ = C / (1 − β^k)``, so the first statistics are the
    batch covariances, whatever ``β``.
 3. **Inverse roots** (every ``root_interval`` steps, and at the first step after warm-up)
-   with relative damping ``δ``: ``P_X = (Ĉ_X + δ·tr(Ĉ_X)/n·I)^{-1/2}``, ``P_G`` likewise;
+   with relative damping ``δ``: ``P_X = (Ĉ_X + δ·tr(Ĉ_X)/n·I)^{-1/2}``, ``P_G`` likewise.
+   **Rank-aware damping** (``shrinkage=True``, the default): when a step brings fewer rows
+   than a side has dimensions (``b < n``: rank-deficient statistics), that side's ``δ`` is
+   raised to ``max(δ, n/(n + n_eff))``, ``n_eff`` the number of rows behind the average
+   (:func:`effective_damping`: the reasons, and why batches of 1–8 diverged without it);
+   with ``b ≥ n``, or ``δ = 0``, the roots are bitwise those of the plain rule;
    by ``eigh`` (``root_method="eigh"``; pseudo-inverse on the null space when ``δ = 0``,
    float64 retry) or by tracking the previous root (``root_method="newton"``:
    :func:`isolab.linalg.inverse_sqrt_track` keeps it while ``‖I − P Ĉ P‖_F/√n ≤ root_tol``
@@ -44,9 +49,25 @@ captured inputs ``X_t ∈ R^{b×n}`` and output gradients ``G_t = ∂L/∂Y ∈ 
    whitened parameters are not changed (default 0: bias correction already makes the first
    step the batch formula).
 
+7. **Layers**: ``nn.Linear`` and ``nn.Conv1d``/``nn.Conv2d`` (``groups=1``), convolutions in
+   K-FAC's patch view (:mod:`isolab.optim.statistics`: ``X`` the unfolded patches, one row
+   per output position, ``∇W = XᵀG`` the kernel's gradient read as ``(C_out, C_in·k…)``).
+   A matrix these hooks cannot see — ``torch.nn.MultiheadAttention``'s fused projections and
+   its ``out_proj``, grouped or 3-D convolutions — goes, when the model is routed, to the
+   AdamW fallback with a ``UserWarning`` naming it and the fix
+   (:func:`isolab.nn.convert_attention` for attention); in explicit ``params=`` groups it is
+   an error naming the fix.
+8. **Gradients and statistics**: the rows used at ``step()`` are those whose backward
+   produced the current ``.grad`` (:mod:`isolab.optim.statistics`): rows of a gradient cleared
+   by any path (``zero_grad()`` of the optimizer or of the model, ``p.grad = None``,
+   ``set_to_none`` either way) are dropped, and stepping on a ``.grad`` the rows do not
+   describe (replaced, or accumulated onto the previous step's without ``zero_grad()``)
+   raises ``RuntimeError`` with nothing changed.
+
 With single-batch statistics (``β = 0``, ``μ = 0``, ``δ = 0``) Iso's step is
 ``η · iso_update(X, G)`` and IsoAdam's first step is ``η · iso_adam_first_step(X, G)``
-(up to Adam's ``ε``): the paper's formula.
+(up to Adam's ``ε``; with IsoAdam's ``weight_decay=0``, its default decay adds ``−η·0.01·W``):
+the paper's formula.
 
 What ``self.state[p]`` holds for a whitened weight: ``step``, ``stat_step``; ``cov_x``,
 ``cov_g`` when the average has memory (``β > 0``, ``stat_interval > 1`` or warm-up);
@@ -79,6 +100,8 @@ owns, and all are shared (:mod:`isolab.distributed`), so the replicas stay bitwi
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -87,6 +110,7 @@ from ._base import (
     RoutedOptimizer,
     adam_fallback_defaults,
     adam_step,
+    as_float,
     check_beta,
     check_betas,
     check_bool,
@@ -99,11 +123,49 @@ from ._base import (
     check_nonneg_int,
     check_positive_int,
 )
-from .statistics import LayerStatistics
+from .statistics import LayerStatistics, capturable
 
 __all__ = ["Iso", "IsoAdam"]
 
 _ROOT_METHODS = ("eigh", "newton", "eigenbasis")
+
+#: What an error or warning says about a torch ``nn.MultiheadAttention``'s weights.
+ATTENTION_FIX = (
+    "nn.MultiheadAttention computes its projections inside F.multi_head_attention_forward, where no hook "
+    "sees their inputs and output gradients; call isolab.nn.convert_attention(model) before building the "
+    "optimizer (same outputs and state_dict, projections as nn.Linear layers) to whiten them"
+)
+
+
+def _capture_sites(model):
+    """``({id(weight): layer name}`` of the weights Iso can whiten, ``{id(weight): why not}``
+    for the weight matrices it cannot)."""
+    sites, why, hidden = {}, {}, {}
+    for m in model.modules():
+        if isinstance(m, nn.MultiheadAttention):
+            for attr in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                w = getattr(m, attr, None)
+                if w is not None:
+                    why[id(w)] = ATTENTION_FIX
+            hidden[id(m.out_proj.weight)] = ATTENTION_FIX
+    for name, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        if not isinstance(w, torch.Tensor) or id(w) in hidden:
+            continue
+        if capturable(m):
+            sites.setdefault(id(w), name)
+        elif isinstance(m, nn.modules.conv._ConvNd):
+            if isinstance(m, (nn.Conv1d, nn.Conv2d)) and m.groups > 1:
+                why[id(w)] = f"a grouped convolution (groups={m.groups}) has one weight matrix per group; not supported"
+            else:
+                why[id(w)] = (f"{type(m).__name__} is not supported (patch-view statistics exist for nn.Conv1d and "
+                              "nn.Conv2d with groups=1)")
+    why.update(hidden)
+    return sites, why
+
+
+def _fix_hint(why):
+    return f" ({next(iter(why.values()))})" if why else ""
 
 
 class _IsoBase(RoutedOptimizer):
@@ -123,19 +185,18 @@ class _IsoBase(RoutedOptimizer):
                 f"got {type(model).__name__}; pass parameters with params=..."
             )
         self._stats_dtype = check_dtype(stats_dtype)
-        self._linear_by_weight = {
-            id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Linear)
-        }
+        self._linear_by_weight, self._unwhitenable = _capture_sites(model)
         if not self._linear_by_weight:
             raise ValueError(
-                f"{type(self).__name__}: the model ({type(model).__name__}) has no nn.Linear layer; "
-                "Iso whitens the inputs and output gradients of nn.Linear layers and has nothing to do here"
+                f"{type(self).__name__}: the model ({type(model).__name__}) has no layer whose inputs and output "
+                "gradients can be captured (nn.Linear, nn.Conv1d, nn.Conv2d); Iso has nothing to whiten here"
+                + _fix_hint(self._unwhitenable)
             )
         self._layer_of: dict[int, str] = {}
         if params is None:
             super().__init__(model, defaults, adam_defaults, embeddings=embeddings, head=head, others=others)
         else:
-            if embeddings is not None or head is not None:
+            if embeddings is not None or not (head is None or (isinstance(head, str) and head == "auto")):
                 raise ValueError("embeddings=/head= route the model's parameters; with explicit params= set groups yourself")
             self._names = {id(p): n for n, p in model.named_parameters()}
             super().__init__(params, defaults, adam_defaults)
@@ -150,7 +211,7 @@ class _IsoBase(RoutedOptimizer):
         if not any(g["algorithm"] != "adam" for g in self.param_groups):
             raise ValueError(f"{type(self).__name__}: no parameter group uses algorithm={self.algorithm!r}")
         self.statistics: LayerStatistics | None = (
-            LayerStatistics(hooked, dtype=self._stats_dtype) if hooked else None
+            LayerStatistics(hooked, dtype=self._stats_dtype, tie_to_grad=True) if hooked else None
         )
         self._update_capture()
 
@@ -166,13 +227,16 @@ class _IsoBase(RoutedOptimizer):
             check_float("root_tol", group["root_tol"], low=0.0, low_open=True)
         check_nonneg_int(group["warmup_steps"], "warmup_steps")
         check_nonneg(group["weight_decay"], "weight_decay")
+        check_bool(group["shrinkage"], "shrinkage")
         for p in group["params"]:
             layer = self._linear_by_weight.get(id(p))
             if layer is None:
+                why = self._unwhitenable.get(id(p))
                 raise ValueError(
-                    f"{type(self).__name__}: {self._name(p, gi)} is not the weight of an nn.Linear of the "
-                    "model; only nn.Linear weights can be whitened (their inputs and output gradients are "
-                    "captured by hooks). Put other parameters in a group with algorithm='adam'."
+                    f"{type(self).__name__}: {self._name(p, gi)} cannot be whitened: "
+                    + (why if why else "it is not the weight of an nn.Linear, nn.Conv1d or nn.Conv2d of the model "
+                       "(only those layers' inputs and output gradients are captured by hooks)")
+                    + ". Put it in a group with algorithm='adam'."
                 )
             self._layer_of[id(p)] = layer
 
@@ -187,13 +251,31 @@ class _IsoBase(RoutedOptimizer):
                 return True
         return False
 
-    def _update_capture(self):
+    def _update_capture(self, after_step=False):
         if self.statistics is not None:
-            self.statistics.clear()
+            # after a step, remember which .grad tensors were used: a backward that
+            # accumulates onto them without zero_grad() is then detected at the next step
+            self.statistics.clear(keep_grad_refs=after_step)
             self.statistics.enabled = self._next_needs_stats()
 
+    def _reroute(self, split):
+        """Routing by model: matrices that cannot be whitened go to the AdamW fallback, with a
+        warning that names each one and the fix."""
+        moved = {n: p for n, p in split["matrix"].items() if id(p) not in self._linear_by_weight}
+        if moved:
+            for n in moved:
+                del split["matrix"][n]
+            split["vector"].update(moved)
+            warnings.warn(
+                f"{type(self).__name__}: these weight matrices cannot be whitened and are trained by the AdamW "
+                "fallback (algorithm='adam'): "
+                + "; ".join(f"{n} {tuple(p.shape)}: {self._unwhitenable.get(id(p), 'not captured')}" for n, p in moved.items()),
+                UserWarning, stacklevel=4,
+            )
+        return split
+
     def _after_step(self):
-        self._update_capture()
+        self._update_capture(after_step=True)
 
     def _after_load(self):
         self._update_capture()
@@ -225,40 +307,43 @@ class _IsoBase(RoutedOptimizer):
         keep_root = group["root_interval"] > 1 or group["root_method"] == "newton"  # the eigenbasis is always kept
         return keep_cov, keep_root
 
-    def _root(self, C, group, previous, what, name):
+    def _root(self, C, group, previous, what, name, damping=None):
         """The damped inverse root of ``C`` by ``group["root_method"]``.
 
         ``previous`` is the stored root (``"newton"``) or eigenbasis (``"eigenbasis"``).
         Returns the root, or ``(root, basis)`` when ``"eigenbasis"`` had to renew its basis.
+        ``damping`` is the relative damping to use (default ``group["damping"]``; the
+        rank-aware floor of :func:`effective_damping` where it applies).
         """
+        delta = group["damping"] if damping is None else damping
         try:
             if group["root_method"] == "eigenbasis":
                 R = None
                 if previous is not None:
                     R = linalg.inverse_sqrt_in_basis(
-                        C, previous, group["damping"], max_residual=TRACK_MAX_RESIDUAL, probes=TRACK_PROBES
+                        C, previous, delta, max_residual=TRACK_MAX_RESIDUAL, probes=TRACK_PROBES
                     ).root
                 if R is None:  # first root, or the basis has drifted too far: renew it
-                    R, V = linalg.inverse_sqrt_eig(C, group["damping"])
+                    R, V = linalg.inverse_sqrt_eig(C, delta)
                     self._check_root(R, what, name)
                     return R, V
-            elif group["root_method"] == "eigh" and self._lean(group) and _lean_shift(C, group["damping"]) is not None:
-                R = _damped_inverse_sqrt(C, group["damping"], what)
+            elif group["root_method"] == "eigh" and self._lean(group) and _lean_shift(C, delta) is not None:
+                R = _damped_inverse_sqrt(C, delta, what)
             elif group["root_method"] == "eigh":
-                R = linalg.symmetric_inverse_root(C, p=2, damping=group["damping"])
+                R = linalg.symmetric_inverse_root(C, p=2, damping=delta)
             else:
                 R = None
                 if previous is not None:
                     tol = 1e-3 if group["root_tol"] is None else group["root_tol"]
                     R = linalg.inverse_sqrt_track(
-                        C, previous, group["damping"], tol=tol, max_residual=max(tol, TRACK_MAX_RESIDUAL),
+                        C, previous, delta, tol=tol, max_residual=max(tol, TRACK_MAX_RESIDUAL),
                         probes=TRACK_PROBES,
                     ).root
                 if R is None:  # first root, or the tracked root failed its residual bound
                     if C.device.type == "cpu":  # eigh costs ~6 matmuls at n=1024 on a CPU core: cheapest exact
-                        R = linalg.symmetric_inverse_root(C, p=2, damping=group["damping"])
+                        R = linalg.symmetric_inverse_root(C, p=2, damping=delta)
                     else:
-                        R = linalg.inverse_sqrt_newton(C, damping=group["damping"], initial=previous)
+                        R = linalg.inverse_sqrt_newton(C, damping=delta, initial=previous)
         except ValueError as e:
             raise FloatingPointError(
                 f"{type(self).__name__}: cannot compute {what}^(-1/2) for {name}: {e}; "
@@ -328,10 +413,16 @@ class _IsoBase(RoutedOptimizer):
         for i, (p, gi, layer, due) in enumerate(items):
             rows = stats.rows(layer) if attached else 0
             table[0, i] = rows
+            if rows and attached and stats.check_grad(layer, p):
+                table[1 + rank, i] = 4
+                local.append(None if not due else (
+                    torch.zeros(p[0].numel(), p[0].numel(), dtype=self._stats_dtype, device=p.device),
+                    torch.zeros(p.shape[0], p.shape[0], dtype=self._stats_dtype, device=p.device)))
+                continue
             if not due:
                 local.append(None)
                 continue
-            n, m = p.shape[1], p.shape[0]
+            n, m = p[0].numel(), p.shape[0]
             s = stats.sums(layer) if attached else None
             code, xx, gg = 0, None, None
             if s is None:
@@ -359,6 +450,12 @@ class _IsoBase(RoutedOptimizer):
             code = int(status[:, i].max())
             where = f"on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} (of {world})"
             name, cls = self._name(p, gi), type(self).__name__
+            if code == 4:
+                raise RuntimeError(
+                    f"{cls}: the captured statistics of {name} (layer {layer!r}) do not belong to its gradient "
+                    f"{where} (replaced after the backward, or accumulated onto a stepped-on gradient without "
+                    "zero_grad()); no parameter or optimizer state was changed on any rank"
+                )
             if code == 3:
                 raise FloatingPointError(
                     f"{cls}: non-finite (NaN or Inf) input/output-gradient statistics for {name} (layer "
@@ -425,8 +522,8 @@ class _IsoBase(RoutedOptimizer):
         """
 
         def run(job):
-            new, key, C, corr, group, previous, what, name = job
-            R = self._root(C / corr, group, previous, what, name)
+            new, key, C, corr, group, previous, what, name, damping = job
+            R = self._root(C / corr, group, previous, what, name, damping)
             if isinstance(R, tuple):  # a renewed eigenbasis: kept by the process that computed it
                 R, new[key.replace("root_", "basis_")] = R
             return R
@@ -443,7 +540,7 @@ class _IsoBase(RoutedOptimizer):
         )
         if failures:
             i, owner, err = failures[0]
-            _, _, _, _, _, _, what, name = jobs[i]
+            what, name = jobs[i][6], jobs[i][7]
             raise FloatingPointError(
                 f"{type(self).__name__}: cannot compute {what}^(-1/2) for {name} (computed by rank {owner}); "
                 "no parameter or optimizer state was changed on any rank"
@@ -474,6 +571,14 @@ class _IsoBase(RoutedOptimizer):
                     rows = synced[id(p)][2]
                 else:
                     rows = stats.rows(layer) if stats is not None and stats.attached else 0
+                    stale = stats.check_grad(layer, p) if rows and stats is not None else None
+                    if stale:
+                        raise RuntimeError(
+                            f"{type(self).__name__}: the captured statistics of {name} (layer {layer!r}) do not "
+                            f"belong to its gradient: {stale}. Clear gradients with zero_grad() (optimizer's or "
+                            "model's, set_to_none either way) before the backward whose gradient you step on; "
+                            "no parameter or optimizer state was changed"
+                        )
                 if rows == 0:
                     raise RuntimeError(
                         f"{type(self).__name__}: {name} has a gradient but no input/output-gradient rows were "
@@ -490,7 +595,7 @@ class _IsoBase(RoutedOptimizer):
                             "(LayerStatistics.enabled was switched off by hand?)"
                         )
                     xx, gg, _ = s
-                    n, m = p.shape[1], p.shape[0]
+                    n, m = p[0].numel(), p.shape[0]
                     if xx.shape != (n, n) or gg.shape != (m, m):
                         raise RuntimeError(f"statistics of layer {layer!r} do not match {name}")
                     if not linalg.all_finite(xx, gg):
@@ -520,6 +625,9 @@ class _IsoBase(RoutedOptimizer):
                     elif beta > 0:
                         cx, cg = cx * (1 - beta), cg * (1 - beta)
                     new.update(cov_x=cx, cov_g=cg, stat_step=st.get("stat_step", 0) + 1)
+                    # Σ_i w_i²/b_i of the average's weights w_i = (1−β)β^{k−i}: the effective
+                    # number of rows behind it is (1 − β^k)² / rows_s2 (see effective_damping)
+                    new["rows_s2"] = beta**2 * st.get("rows_s2", 0.0) + (1 - beta) ** 2 / rows
                 warm = t <= group["warmup_steps"]
                 if not warm and ("root_x" not in st or (t - 1) % group["root_interval"] == 0):
                     cx, cg = new.get("cov_x", st.get("cov_x")), new.get("cov_g", st.get("cov_g"))
@@ -528,10 +636,14 @@ class _IsoBase(RoutedOptimizer):
                     k = new.get("stat_step", st.get("stat_step"))
                     corr = 1 - beta**k
                     prev = "basis" if group["root_method"] == "eigenbasis" else "root"
-                    root_jobs.append((new, "root_x", cx, corr, group, st.get(f"{prev}_x"), "Cov(X)", name))
-                    root_jobs.append((new, "root_g", cg, corr, group, st.get(f"{prev}_g"), "Cov(G)", name))
+                    s2 = new.get("rows_s2", st.get("rows_s2"))
+                    n_eff = None if s2 is None else corr**2 / s2
+                    dx = effective_damping(group, n_eff, cx.shape[0], rows)
+                    dg = effective_damping(group, n_eff, cg.shape[0], rows)
+                    root_jobs.append((new, "root_x", cx, corr, group, st.get(f"{prev}_x"), "Cov(X)", name, dx))
+                    root_jobs.append((new, "root_g", cg, corr, group, st.get(f"{prev}_g"), "Cov(G)", name, dg))
                     if self._lean(group):
-                        shifts = [_lean_shift(c / corr, group["damping"]) for c in (cx, cg)]
+                        shifts = [_lean_shift(c / corr, d) for c, d in ((cx, dx), (cg, dg))]
                         if None not in shifts:  # both roots positive definite: store only them
                             new["shift_x"], new["shift_g"] = shifts
                 plans.append((group, p, new, rows, warm))
@@ -542,7 +654,8 @@ class _IsoBase(RoutedOptimizer):
                 st = self.state[p]
                 st.update(new)
                 if rows is None:  # IsoAdam with whiten=False: exactly Adam
-                    adam_step(p, p.grad, st, group["lr"], group["betas"], group["eps"], group["weight_decay"], "adam_step")
+                    adam_step(p, p.grad, st, as_float(group["lr"]), group["betas"], group["eps"], group["weight_decay"],
+                              "adam_step")
                     continue
                 if not warm:
                     self._apply_whitened(group, p, st, rows)
@@ -568,6 +681,35 @@ class _IsoBase(RoutedOptimizer):
 TRACK_MAX_RESIDUAL = 0.05
 #: Probe vectors that estimate a refined root's residual (3 matmuls per refresh instead of 5).
 TRACK_PROBES = 32
+
+
+def effective_damping(group, n_eff, d, rows):
+    r"""The relative damping of a side of dimension ``d`` (``rows`` rows this step, ``n_eff``
+    rows behind the average).
+
+    With ``shrinkage=True`` (the default), ``δ > 0`` and fewer rows per step than
+    dimensions (``b < d``): ``δ_eff = max(δ, d / (d + n_eff))``; otherwise ``δ`` (bitwise
+    the plain rule, so full-rank batches are unchanged). ``n_eff = (Σ_i w_i)² / Σ_i w_i²/b_i``
+    counts the rows behind the bias-corrected average (weights ``w_i = (1−β)β^{k−i}`` of the
+    ``k`` statistics steps so far, ``b_i`` rows each): ``b`` for one batch, about
+    ``b(1+β)/(1−β)`` (39b at β = 0.95) in the long run.
+
+    Why: an average of ``n_eff`` rows in ``d`` dimensions has ``d − n_eff`` unseen directions
+    while ``n_eff < d``, and badly estimated small eigenvalues while ``n_eff`` is not much
+    larger than ``d`` (Marchenko–Pastur: the smallest is about ``(1 − √(d/n_eff))²`` of the
+    mean). There ``(Ĉ + δ·tr(Ĉ)/d·I)^{-1/2}`` reaches ``δ^{-1/2} ≈ 32×`` (``δ = 10^{-3}``) the
+    gain of a direction of average variance, on each side; roots are reused for
+    ``root_interval`` steps and momentum mixes in earlier batches, so later gradients do
+    point there: at batches 1–8 below the layer width the default run diverged. Shrinking
+    towards ``tr(Ĉ)/d·I`` with weight ``d/(d + n_eff)`` (the Ledoit–Wolf order of magnitude for
+    ``n_eff`` samples in ``d`` dimensions) bounds that gain by ``√(1 + n_eff/d)`` and fades as
+    rows accumulate. With ``δ = 0`` nothing changes: the pseudo-inverse root ignores unseen
+    directions.
+    """
+    delta = group["damping"]
+    if not group.get("shrinkage", False) or delta == 0 or n_eff is None or rows >= d:
+        return delta
+    return max(delta, d / (d + n_eff))
 
 
 def _lean_shift(C, damping):
@@ -622,16 +764,20 @@ class Iso(_IsoBase):
     canonical correlations between ``X`` and ``G`` (all ``≤ 1``).
 
     Construction: ``Iso(model, lr=..., ...)``. The model is needed to hook its
-    ``nn.Linear`` layers. With ``params=None`` the model is routed by
+    layers. With ``params=None`` the model is routed by
     :func:`~isolab.optim.split_parameters` (``embeddings=``, ``head=``, ``others=``):
-    ``nn.Linear`` weights are whitened, everything else goes to an AdamW group
-    (``algorithm='adam'``, ``adam_*`` hyperparameters). With ``params=`` (groups, each
-    with ``algorithm='iso'`` (default) or ``'adam'``) only the given parameters are
-    optimized; ``'iso'`` groups may hold only weights of the model's ``nn.Linear`` layers.
+    ``nn.Linear`` and ``nn.Conv1d``/``nn.Conv2d`` weights are whitened; embeddings, a language
+    model's untied output head (``head="auto"``: an ``nn.Linear`` onto an ``nn.Embedding``'s
+    vocabulary; pass ``head=module`` for another head, ``head=None`` to whiten it), biases,
+    gains, and matrices the hooks cannot see (see :mod:`isolab.optim.iso`, item 7; a warning
+    names them) go to an AdamW group (``algorithm='adam'``, ``adam_*`` hyperparameters).
+    With ``params=`` (groups, each with ``algorithm='iso'`` (default) or ``'adam'``) only the
+    given parameters are optimized; ``'iso'`` groups may hold only weights of capturable
+    layers.
     Call :meth:`remove_hooks` (or use ``with Iso(...) as opt:``) to detach the hooks.
 
     Args:
-        lr: ``η >= 0``.
+        lr: ``η >= 0`` (a float or a one-element tensor, as ``torch.optim`` accepts).
         momentum: ``μ ∈ [0, 1)``; ``nesterov``: Nesterov form.
         beta_cov: ``β ∈ [0, 1)`` of the covariance averages.
         damping: relative damping ``δ >= 0``.
@@ -650,6 +796,9 @@ class Iso(_IsoBase):
         warmup_steps: steps that only collect statistics.
         weight_decay: decoupled weight decay ``λ >= 0``.
         stats_dtype: ``torch.float32`` or ``torch.float64`` for statistics and roots.
+        shrinkage: rank-aware damping for batches smaller than a layer's width (keyword,
+            default True; :func:`effective_damping`). ``False`` restores the plain relative
+            damping, which diverges at small batches with the default ``root_interval``.
         sync_statistics: under ``torch.distributed`` data parallelism (DDP), sum the
             captured statistics over the processes so that every replica whitens with the
             covariances of the *global* batch, ``Σ_r X_rᵀX_r / Σ_r b_r`` (the full batch's).
@@ -688,9 +837,10 @@ class Iso(_IsoBase):
         adam_eps: float = 1e-8,
         adam_weight_decay: float = 0.0,
         *,
+        shrinkage: bool = True,
         params=None,
         embeddings=None,
-        head=None,
+        head="auto",
         others: str = "raise",
         sync_statistics: bool | None = None,
         process_group=None,
@@ -699,7 +849,7 @@ class Iso(_IsoBase):
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, beta_cov=beta_cov, damping=damping,
             stat_interval=stat_interval, root_interval=root_interval, root_method=root_method,
-            root_tol=root_tol, warmup_steps=warmup_steps, weight_decay=weight_decay,
+            root_tol=root_tol, warmup_steps=warmup_steps, weight_decay=weight_decay, shrinkage=shrinkage,
         )
         adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(
@@ -713,7 +863,7 @@ class Iso(_IsoBase):
         check_bool(group["nesterov"], "nesterov")
 
     def _apply_whitened(self, group, p, st, rows):
-        lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+        lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
         g = p.grad / rows
         if mu > 0:
             buf = st.get("momentum_buffer")
@@ -724,7 +874,7 @@ class Iso(_IsoBase):
         else:
             u = g
         sd = st["root_x"].dtype
-        d = updates.two_sided(u.to(sd), st["root_g"], st["root_x"])
+        d = updates.two_sided(u.reshape(p.shape[0], -1).to(sd), st["root_g"], st["root_x"]).reshape(p.shape)
         if wd:
             p.mul_(1 - lr * wd)
         p.add_(d.to(p.dtype), alpha=-lr)
@@ -747,11 +897,19 @@ class IsoAdam(_IsoBase):
 
     Construction and routing as :class:`Iso`; the Adam fallback group (embeddings, head,
     biases, gains) uses IsoAdam's own ``lr``, ``betas``, ``eps`` and ``weight_decay``
-    unless ``adam_lr`` etc. are given.
+    unless ``adam_lr`` etc. are given (an invalid value is reported under the name passed:
+    ``lr``, or ``adam_lr``).
+
+    **Defaults are** ``torch.optim.AdamW``'s: ``lr=1e-3``, ``betas=(0.9, 0.999)``,
+    ``eps=1e-8`` and ``weight_decay=0.01`` (decoupled, ``W ← W(1 − η·0.01)``, also on the
+    fallback group, as AdamW decays every parameter), so that AdamW's hyperparameters
+    transfer as they are usually run. Earlier versions defaulted to no decay: pass
+    ``weight_decay=0.0`` for that step (and for the paper's batch formula).
 
     Args:
-        lr, betas, eps, weight_decay: Adam's (decoupled weight decay).
-        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps, stats_dtype:
+        lr, betas, eps, weight_decay: Adam's (decoupled weight decay); ``lr`` a float or a
+            one-element tensor.
+        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps, stats_dtype, shrinkage:
             as in :class:`Iso`.
         whiten: whiten the gradient (default True); False gives plain Adam.
         sync_statistics, process_group, distribute_roots: several processes
@@ -766,7 +924,7 @@ class IsoAdam(_IsoBase):
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        weight_decay: float = 0.0,
+        weight_decay: float = 1e-2,
         beta_cov: float = 0.95,
         damping: float = 1e-3,
         stat_interval: int = 1,
@@ -781,9 +939,10 @@ class IsoAdam(_IsoBase):
         adam_eps: float | None = None,
         adam_weight_decay: float | None = None,
         *,
+        shrinkage: bool = True,
         params=None,
         embeddings=None,
-        head=None,
+        head="auto",
         others: str = "raise",
         sync_statistics: bool | None = None,
         process_group=None,
@@ -792,13 +951,17 @@ class IsoAdam(_IsoBase):
         defaults = dict(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, beta_cov=beta_cov, damping=damping,
             stat_interval=stat_interval, root_interval=root_interval, root_method=root_method,
-            root_tol=root_tol, warmup_steps=warmup_steps, whiten=whiten,
+            root_tol=root_tol, warmup_steps=warmup_steps, whiten=whiten, shrinkage=shrinkage,
         )
+        # the fallback inherits IsoAdam's own hyperparameters unless adam_* are given; an
+        # invalid value is reported under the name the caller used
         adam = adam_fallback_defaults(
             lr if adam_lr is None else adam_lr,
             betas if adam_betas is None else adam_betas,
             eps if adam_eps is None else adam_eps,
             weight_decay if adam_weight_decay is None else adam_weight_decay,
+            names=tuple(own if given is None else f"adam_{own}" for own, given in
+                        (("lr", adam_lr), ("betas", adam_betas), ("eps", adam_eps), ("weight_decay", adam_weight_decay))),
         )
         super().__init__(
             model, params, defaults, adam, embeddings=embeddings, head=head, others=others, stats_dtype=stats_dtype,
@@ -813,5 +976,6 @@ class IsoAdam(_IsoBase):
 
     def _apply_whitened(self, group, p, st, rows):
         sd = st["root_x"].dtype
-        w = updates.two_sided(p.grad.to(sd) / rows, st["root_g"], st["root_x"]).to(p.dtype)
-        adam_step(p, w, st, group["lr"], group["betas"], group["eps"], group["weight_decay"], "adam_step")
+        g = p.grad.reshape(p.shape[0], -1)
+        w = updates.two_sided(g.to(sd) / rows, st["root_g"], st["root_x"]).reshape(p.shape).to(p.dtype)
+        adam_step(p, w, st, as_float(group["lr"]), group["betas"], group["eps"], group["weight_decay"], "adam_step")

@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .. import rules
+from .. import linalg, rules
 from ._base import (
     adam_fallback_defaults,
     RoutedOptimizer,
+    as_float,
     check_beta,
     check_bool,
+    check_choice,
     check_lr,
     check_nonneg,
     check_positive_int,
 )
+
+#: The learning-rate adjustments of ``torch.optim.Muon`` (``adjust_lr_fn``), by name.
+ADJUST_LR = (None, "original", "match_rms_adamw")
+
+
+def adjusted_lr_ratio(adjust_lr, rows: int, cols: int) -> float:
+    """``torch.optim.Muon``'s factor on the learning rate of a ``(rows, cols)`` matrix:
+    ``"original"`` (or ``None``) ``√max(1, rows/cols)`` (Keller Jordan's), ``"match_rms_adamw"``
+    ``0.2·√max(rows, cols)`` (Moonshot's: the update's RMS ≈ 0.2, AdamW's typical RMS)."""
+    if adjust_lr is None or adjust_lr == "original":
+        return math.sqrt(max(1, rows / cols))
+    if adjust_lr == "match_rms_adamw":
+        return 0.2 * math.sqrt(max(rows, cols))
+    raise ValueError(f"adjust_lr must be one of {ADJUST_LR}, got {adjust_lr!r}")
+
+
+def resolve_compute_dtype(compute_dtype, device: torch.device):
+    """``"auto"``: bfloat16 on CUDA (tensor cores; what ``torch.optim.Muon`` always uses), the
+    gradient's own dtype elsewhere (CPUs have no fast bfloat16 matmul: ~30× slower there)."""
+    if isinstance(compute_dtype, str):
+        return torch.bfloat16 if device.type == "cuda" else None
+    return compute_dtype
 
 __all__ = ["Muon"]
 
@@ -33,7 +59,7 @@ class Muon(RoutedOptimizer):
     .. math::
         B_t &= \mu B_{t-1} + (1-\mu)\, g_t \\
         u_t &= (1-\mu)\, g_t + \mu B_t \ \text{(Nesterov)} \quad\text{or}\quad u_t = B_t \\
-        p_t &= p_{t-1}(1-\eta\lambda) - \eta \sqrt{\max(1, \text{out}/\text{in})}\;
+        p_t &= p_{t-1}(1-\eta\lambda) - \eta\, r(\text{out}, \text{in})\;
                \operatorname{msign}(u_t)
 
     where ``msign(M) = U Vᵀ`` for the thin SVD ``M = U S Vᵀ``, approximated by
@@ -41,7 +67,23 @@ class Muon(RoutedOptimizer):
     ``(3.4445, −4.7750, 2.0315)``; singular values end near ``[0.68, 1.13]`` rather than
     exactly 1, which is intentional) or computed exactly by SVD with ``exact=True``. The
     momentum is the exponential-average ("lerp") form of KellerJordan/Muon. A zero
-    gradient gives a zero update (``msign(0) = 0``).
+    gradient gives a zero update (``msign(0) = 0``). ``r`` is the learning-rate adjustment
+    ``adjust_lr``: ``"original"`` ``√max(1, out/in)`` (default: tall and wide matrices get
+    comparable RMS updates) or ``"match_rms_adamw"`` ``0.2·√max(out, in)`` (the update's RMS
+    matches AdamW's typical 0.2, so AdamW's lr and weight decay can be reused), exactly as
+    ``torch.optim.Muon``'s ``adjust_lr_fn``. Weight decay is decoupled and uses the
+    *unadjusted* ``lr``, as torch does.
+
+    **Relation to** ``torch.optim.Muon``. With ``compute_dtype=torch.bfloat16``, the same
+    ``lr``, ``momentum``, ``nesterov``, ``weight_decay``, ``ns_steps`` and ``adjust_lr``, the
+    step is bitwise ``torch.optim.Muon``'s (tested). The defaults differ on purpose:
+    ``lr=0.02`` and ``weight_decay=0`` (Keller Jordan's, tuned with the ``"original"``
+    adjustment) where torch has ``lr=1e-3`` and ``weight_decay=0.1``; and Newton–Schulz runs in
+    bfloat16 only on CUDA (``compute_dtype="auto"``), in the gradient's dtype (float32 for a
+    float32 model) on a CPU, where bfloat16 matmuls have no hardware support (about 30× slower
+    here) — torch always uses bfloat16 (≈1 % different updates). isolab's Muon also takes
+    ``ndim > 2`` parameters (convolution kernels, flattened to ``(shape[0], -1)``) and routes
+    a model by itself.
 
     Parameters with ``ndim > 2`` are flattened to ``(shape[0], -1)``. Parameters with
     ``ndim < 2`` are refused in a Muon group.
@@ -49,21 +91,25 @@ class Muon(RoutedOptimizer):
     Construction:
 
     - ``Muon(model, ...)``: :func:`~isolab.optim.split_parameters` routes the model's
-      ``nn.Linear`` weights to Muon and embeddings, head (``head=``), biases and gains to
-      an AdamW group (``algorithm='adam'``) with ``adam_lr``, ``adam_betas``,
-      ``adam_eps``, ``adam_weight_decay``.
+      ``nn.Linear`` and convolution weights and ``nn.MultiheadAttention``'s projections to
+      Muon, and embeddings, the output head (``head=``, or a language model's untied head
+      found by ``head="auto"``), biases and gains to an AdamW group (``algorithm='adam'``)
+      with ``adam_lr``, ``adam_betas``, ``adam_eps``, ``adam_weight_decay``.
     - ``Muon(params_or_groups, ...)``: like any ``torch.optim`` optimizer; each group may
       set ``algorithm`` to ``'muon'`` (default) or ``'adam'``.
 
     Args:
-        lr: ``η >= 0`` (0.02 default).
+        lr: ``η >= 0`` (0.02 default; a float or a one-element tensor).
         momentum: ``μ ∈ [0, 1)`` (0.95 default).
         nesterov: use the Nesterov form (default True).
         ns_steps: Newton–Schulz iterations (positive int, default 5).
         exact: use the SVD polar factor instead of Newton–Schulz.
-        weight_decay: decoupled weight decay ``λ >= 0``.
-        compute_dtype: dtype of the Newton–Schulz iteration (``None``: the gradient's;
-            ``torch.bfloat16`` is the fast choice on GPUs).
+        weight_decay: decoupled weight decay ``λ >= 0`` (default 0; torch's is 0.1).
+        compute_dtype: dtype of the Newton–Schulz iteration: ``"auto"`` (default: bfloat16 on
+            CUDA, the gradient's dtype on CPUs and other devices), ``None`` (the gradient's
+            dtype everywhere) or a floating dtype (``torch.bfloat16`` as torch).
+        adjust_lr: ``"original"`` (default; ``None`` means the same, as in torch) or
+            ``"match_rms_adamw"``.
     """
 
     algorithm = "muon"
@@ -77,19 +123,20 @@ class Muon(RoutedOptimizer):
         ns_steps: int = 5,
         exact: bool = False,
         weight_decay: float = 0.0,
-        compute_dtype: torch.dtype | None = None,
+        compute_dtype: torch.dtype | str | None = "auto",
         adam_lr: float = 3e-4,
         adam_betas: tuple[float, float] = (0.9, 0.95),
         adam_eps: float = 1e-8,
         adam_weight_decay: float = 0.0,
         *,
+        adjust_lr: str | None = "original",
         embeddings=None,
-        head=None,
+        head="auto",
         others: str = "raise",
     ):
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, exact=exact,
-            weight_decay=weight_decay, compute_dtype=compute_dtype,
+            weight_decay=weight_decay, compute_dtype=compute_dtype, adjust_lr=adjust_lr,
         )
         adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(params, defaults, adam, embeddings=embeddings, head=head, others=others)
@@ -101,6 +148,12 @@ class Muon(RoutedOptimizer):
         check_positive_int(group["ns_steps"], "ns_steps")
         check_bool(group["exact"], "exact")
         check_nonneg(group["weight_decay"], "weight_decay")
+        cd = group["compute_dtype"]
+        if isinstance(cd, str):
+            check_choice(cd, "compute_dtype", ("auto",))
+        elif cd is not None and not (isinstance(cd, torch.dtype) and cd.is_floating_point):
+            raise ValueError(f"compute_dtype must be 'auto', None or a floating torch.dtype, got {cd!r}")
+        check_choice(group["adjust_lr"], "adjust_lr", ADJUST_LR)
 
     def _prepare_matrix_groups(self, groups):
         # Gradients are already checked finite; momentum and Newton–Schulz of finite
@@ -108,7 +161,7 @@ class Muon(RoutedOptimizer):
         # second copy of the state.
         def apply():
             for _, group in groups:
-                lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+                lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
                 for p in group["params"]:
                     if p.grad is None:
                         continue
@@ -119,8 +172,15 @@ class Muon(RoutedOptimizer):
                         state["momentum_buffer"] = torch.zeros_like(p)
                     state["step"] += 1
                     u = rules.momentum_(state["momentum_buffer"], g, mu, group["nesterov"])
-                    d = muon_direction(u, steps=group["ns_steps"], exact=group["exact"], compute_dtype=group["compute_dtype"])
+                    m = u.reshape(u.shape[0], -1)
+                    if group["exact"]:
+                        o = linalg.msign(m)
+                    else:
+                        cd = resolve_compute_dtype(group["compute_dtype"], p.device)
+                        o = linalg.msign_newton_schulz(m, steps=group["ns_steps"], compute_dtype=cd)
+                    ratio = adjusted_lr_ratio(group["adjust_lr"], m.shape[0], m.shape[1])
                     rules.decoupled_weight_decay_(p, lr, wd)
-                    rules.descend_(p, d, lr)
+                    # torch.optim.Muon's order: p ← p(1 − lr·wd), then p ← p − (lr·r)·msign(u)
+                    p.add_(o.reshape(p.shape).to(p.dtype), alpha=-(lr * ratio))
 
         return apply

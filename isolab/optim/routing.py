@@ -9,17 +9,31 @@ what the caller declares, and refuses to guess about anything else.
 Rules, applied in this order; each parameter lands in exactly one group (a tied weight,
 shared by two modules, is routed once, by the first rule that matches it):
 
-1. ``head``: every parameter of the module(s) passed as ``head=``.
+1. ``head``: every parameter of the module(s) passed as ``head=``. With ``head="auto"``
+   (the default) the *untied output head of a language model*: every ``nn.Linear`` whose
+   ``out_features`` equals the ``num_embeddings`` of an ``nn.Embedding`` of the model
+   (nanoGPT's ``lm_head``). A head tied to the embedding shares its weight, which rule 2
+   routes as an embedding (the tie is routed once). A model without ``nn.Embedding`` (an
+   MLP, a CNN) has no automatic head: its last layer is a hidden matrix like the others;
+   declare it with ``head=`` to send it to AdamW. ``head=None`` (or ``()``): no head.
 2. ``embedding``: every parameter of an :class:`torch.nn.Embedding` /
    :class:`torch.nn.EmbeddingBag`, and of the module(s) passed as ``embeddings=``.
-3. ``matrix``: the weight of every :class:`torch.nn.Linear` (subclasses included).
-4. ``vector``: every remaining parameter with ``ndim <= 1`` (biases, norm gains, scalars).
+3. ``matrix``: the weight of every :class:`torch.nn.Linear` (subclasses included), of every
+   convolution (``nn.Conv1d/2d/3d`` and the transposed ones; matrix optimizers read the
+   kernel as ``(shape[0], -1)``) and :class:`torch.nn.MultiheadAttention`'s input projections
+   (``in_proj_weight``, or ``q/k/v_proj_weight`` when ``kdim``/``vdim`` differ; its
+   ``out_proj`` is an ``nn.Linear``).
+4. ``vector``: every remaining parameter with ``ndim <= 1`` (biases, norm gains, scalars),
+   and the ``bias_k``/``bias_v`` of ``nn.MultiheadAttention`` and of
+   :class:`isolab.nn.MultiheadAttention` (biases of shape ``(1, 1, E)``).
 
-A remaining parameter with ``ndim >= 2`` (a convolution kernel, ``nn.MultiheadAttention``'s
-``in_proj_weight``, a bare ``nn.Parameter`` matrix) is *not* guessed: by default
-(``others="raise"``) :func:`split_parameters` raises a :class:`ValueError` naming every
-such parameter and its shape. Declare its module as ``embeddings=``/``head=``, or pass
-``others="vector"`` to send them to the Adam fallback explicitly.
+A remaining parameter with ``ndim >= 2`` (a bare ``nn.Parameter`` matrix, a custom
+layer's tensor) is *not* guessed: by default (``others="raise"``) :func:`split_parameters`
+raises a :class:`ValueError` naming every such parameter and its shape. Declare its module
+as ``embeddings=``/``head=``, or pass ``others="vector"`` to send them to the Adam fallback.
+
+Which matrices Iso and IsoAdam can *whiten* is narrower (they need each layer's inputs and
+output gradients): see :mod:`isolab.optim.statistics`.
 """
 
 from __future__ import annotations
@@ -29,7 +43,9 @@ from typing import Literal
 
 from torch import nn
 
-__all__ = ["GROUPS", "split_parameters"]
+from ..nn import MultiheadAttention as _LinearAttention
+
+__all__ = ["GROUPS", "split_parameters", "auto_heads"]
 
 #: The group names, in the order :func:`split_parameters` returns them.
 GROUPS = ("matrix", "embedding", "head", "vector")
@@ -56,7 +72,7 @@ def split_parameters(
     model: nn.Module,
     *,
     embeddings: nn.Module | Iterable[nn.Module] | None = None,
-    head: nn.Module | Iterable[nn.Module] | None = None,
+    head: nn.Module | Iterable[nn.Module] | str | None = "auto",
     others: Literal["raise", "vector"] = "raise",
 ) -> dict[str, dict[str, nn.Parameter]]:
     """Split ``model``'s trainable parameters into ``matrix / embedding / head / vector``.
@@ -66,7 +82,9 @@ def split_parameters(
         embeddings: extra module(s) whose parameters are embeddings (``nn.Embedding``
             and ``nn.EmbeddingBag`` are recognised without being declared).
         head: module(s) whose parameters form the output head (e.g. the final
-            ``nn.Linear`` of a language model); never routed to ``matrix``.
+            ``nn.Linear`` of a language model); never routed to ``matrix``. ``"auto"``
+            (default): a language model's untied head, found as in rule 1 of the module
+            docstring; ``None``: no head.
         others: what to do with an undeclared parameter of ``ndim >= 2`` that is not an
             ``nn.Linear`` weight: ``"raise"`` (default) or ``"vector"``.
 
@@ -83,7 +101,12 @@ def split_parameters(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if others not in ("raise", "vector"):
         raise ValueError(f"others must be 'raise' or 'vector', got {others!r}")
-    head_mods = _as_modules(head, "head")
+    if isinstance(head, str):
+        if head != "auto":
+            raise TypeError(f"head must be 'auto', None, an nn.Module or an iterable of nn.Modules, got {head!r}")
+        head_mods = auto_heads(model)
+    else:
+        head_mods = _as_modules(head, "head")
     emb_mods = _as_modules(embeddings, "embeddings")
     all_mods = {id(m) for m in model.modules()}
     for m, what in [(m, "head") for m in head_mods] + [(m, "embeddings") for m in emb_mods]:
@@ -112,8 +135,17 @@ def split_parameters(
             for p in m.parameters():
                 claim(p, "embedding")
     for m in model.modules():
-        if isinstance(m, nn.Linear) and m.weight is not None and m.weight.ndim >= 2:
+        if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) and m.weight is not None and m.weight.ndim >= 2:
             claim(m.weight, "matrix")
+        elif isinstance(m, (nn.MultiheadAttention, _LinearAttention)):
+            for attr in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                w = getattr(m, attr, None)
+                if w is not None:
+                    claim(w, "matrix")
+            for attr in ("bias_k", "bias_v"):
+                b = getattr(m, attr, None)
+                if b is not None:
+                    claim(b, "vector")
 
     out: dict[str, dict[str, nn.Parameter]] = {g: {} for g in GROUPS}
     unrouted = []
@@ -131,7 +163,19 @@ def split_parameters(
     if unrouted:
         raise ValueError(
             "split_parameters will not guess where these parameters belong (ndim >= 2 but "
-            "not an nn.Linear weight): " + ", ".join(unrouted) + ". Declare their modules "
+            "not the weight of an nn.Linear, a convolution or nn.MultiheadAttention): " + ", ".join(unrouted) + ". Declare their modules "
             "with embeddings=/head=, or pass others='vector' to send them to the Adam fallback."
         )
     return out
+
+
+def auto_heads(model: nn.Module) -> list[nn.Module]:
+    """The untied output head(s) ``head="auto"`` finds: every ``nn.Linear`` whose
+    ``out_features`` is the ``num_embeddings`` of an ``nn.Embedding`` of ``model`` and whose
+    weight is not tied to an embedding table (a tied head is routed as the embedding)."""
+    vocab = {m.num_embeddings: m for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
+    tables = {id(m.weight) for m in vocab.values()}
+    return [
+        m for m in model.modules()
+        if isinstance(m, nn.Linear) and m.out_features in vocab and id(m.weight) not in tables
+    ]

@@ -8,6 +8,8 @@ from .. import distributed, linalg, rules, updates
 from ._base import (
     adam_fallback_defaults,
     RoutedOptimizer,
+    as_float,
+    check_beta,
     check_bool,
     check_dtype,
     check_float,
@@ -36,6 +38,23 @@ class Shampoo(RoutedOptimizer):
     ``β = 0``, one gradient and ``δ = 0`` the step is ``η·msign(g)``:
     ``(ggᵀ)^{-1/4} g (gᵀg)^{-1/4} = U Vᵀ``.
 
+    **Momentum** (``momentum=μ``, default 0: none, the step above exactly): the
+    preconditioned direction ``d_t = L̃^{-1/4} g_t R̃^{-1/4}`` is averaged,
+    ``B_t = μ_t B_{t-1} + (1−μ_t) d_t``, and the step uses ``B_t / c_t`` with
+    ``c_t = μ_t c_{t-1} + (1−μ_t)`` (``c_0 = 0``): the bias correction of Adam's first moment,
+    valid when ``μ`` changes from step to step. It exists so that schedulers that cycle
+    momentum (``OneCycleLR(cycle_momentum=True)``, ``CyclicLR``) work on Shampoo as on
+    ``torch.optim.SGD``.
+
+    **Grafting** (``graft="adam"``; default ``None``: none): Shampoo supplies the step's
+    *direction* and Adam its *size*, matrix by matrix, as Distributed Shampoo (Shi et al.,
+    2023) trains. With Adam's second moment ``v_t = β_g v_{t-1} + (1−β_g) g_t²`` and
+    ``a_t = g_t / (\sqrt{v_t/(1−β_g^t)} + ε_g)``, the preconditioned direction becomes
+    ``d_t ‖a_t‖_F / ‖d_t‖_F`` before momentum. Then an Adam learning rate carries over,
+    whatever the scale of ``L`` and ``R``; use it with ``beta < 1`` (an exponential
+    average of the factors, e.g. ``beta=0.999``) and ``momentum=0.9`` for Distributed
+    Shampoo's defaults.
+
     ``L``, ``R`` and the roots are kept in ``stats_dtype`` (float32 default, float64 on
     request) for any parameter dtype, in ``self.state[p]`` (so a resumed run continues
     exactly). Routing and the Adam fallback are as in :class:`~isolab.optim.Muon`.
@@ -46,6 +65,9 @@ class Shampoo(RoutedOptimizer):
         damping: relative damping ``δ >= 0``.
         root_interval: recompute the inverse roots every this many steps.
         weight_decay: decoupled weight decay ``>= 0``.
+        momentum: ``μ ∈ [0, 1)`` on the preconditioned direction (keyword; default 0).
+        graft: ``None`` or ``"adam"`` (keyword): take the step size from Adam's.
+        graft_beta2, graft_eps: the grafted Adam's ``β_g ∈ [0, 1)`` and ``ε_g >= 0``.
         sync_statistics, process_group, distribute_roots: several processes
             (``torch.distributed`` data parallelism, e.g. DDP). Shampoo's statistics
             ``L``, ``R`` are built from the gradient, which DDP has already averaged and which
@@ -59,7 +81,7 @@ class Shampoo(RoutedOptimizer):
     """
 
     algorithm = "shampoo"
-    stat_keys = ("L", "R", "L_root", "R_root")
+    stat_keys = ("L", "R", "L_root", "R_root", "momentum_buffer", "graft_exp_avg_sq")
 
     def __init__(
         self,
@@ -75,8 +97,12 @@ class Shampoo(RoutedOptimizer):
         adam_eps: float = 1e-8,
         adam_weight_decay: float = 0.0,
         *,
+        momentum: float = 0.0,
+        graft: str | None = None,
+        graft_beta2: float = 0.999,
+        graft_eps: float = 1e-8,
         embeddings=None,
-        head=None,
+        head="auto",
         others: str = "raise",
         sync_statistics: bool | None = None,
         process_group=None,
@@ -89,7 +115,8 @@ class Shampoo(RoutedOptimizer):
         self.distribute_roots = check_bool(distribute_roots, "distribute_roots")
         defaults = dict(
             lr=lr, beta=beta, damping=damping, root_interval=root_interval,
-            weight_decay=weight_decay, stats_dtype=stats_dtype,
+            weight_decay=weight_decay, stats_dtype=stats_dtype, momentum=momentum,
+            graft=graft, graft_beta2=graft_beta2, graft_eps=graft_eps,
         )
         adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(params, defaults, adam, embeddings=embeddings, head=head, others=others)
@@ -101,6 +128,11 @@ class Shampoo(RoutedOptimizer):
         check_positive_int(group["root_interval"], "root_interval")
         check_nonneg(group["weight_decay"], "weight_decay")
         check_dtype(group["stats_dtype"])
+        check_beta(group["momentum"], "momentum")
+        if group["graft"] not in (None, "adam"):
+            raise ValueError(f"graft must be None or 'adam', got {group['graft']!r}")
+        check_beta(group["graft_beta2"], "graft_beta2")
+        check_nonneg(group["graft_eps"], "graft_eps")
 
     @staticmethod
     def _inverse_fourth_root(M, damping, key, name):
@@ -136,6 +168,16 @@ class Shampoo(RoutedOptimizer):
         for (new, key, M, _, _), R in zip(jobs, roots):
             new[key] = R.to(M.dtype)
 
+    @staticmethod
+    def _graft_adam(st, g, d, beta2, eps):
+        """``d`` rescaled to the Frobenius norm of Adam's (momentum-free) direction for ``g``."""
+        if "graft_exp_avg_sq" not in st:
+            st["graft_exp_avg_sq"] = torch.zeros_like(g)
+        v = st["graft_exp_avg_sq"].lerp_(g.square(), 1 - beta2)
+        adam = g / ((v / rules.bias_correction(beta2, st["step"])).sqrt() + eps)
+        norm = torch.linalg.matrix_norm(d).clamp_min(torch.finfo(d.dtype).tiny)
+        return d * (torch.linalg.matrix_norm(adam) / norm)
+
     def _prepare_matrix_groups(self, groups):
         plans, jobs = [], []
         comm = distributed.active_group(self.sync_statistics, self.process_group, "Shampoo")
@@ -162,7 +204,18 @@ class Shampoo(RoutedOptimizer):
                 st = self.state[p]
                 st.update(new)
                 d = updates.two_sided(g, st["L_root"], st["R_root"])
-                rules.decoupled_weight_decay_(p, group["lr"], group["weight_decay"])
-                rules.descend_(p, d.reshape(p.shape), group["lr"])
+                if group["graft"] == "adam":
+                    d = self._graft_adam(st, g, d, group["graft_beta2"], group["graft_eps"])
+                mu = group["momentum"]
+                if mu > 0 or "momentum_buffer" in st:
+                    if "momentum_buffer" not in st:
+                        st["momentum_buffer"] = torch.zeros_like(d)
+                        st["momentum_weight"] = 0.0
+                    st["momentum_buffer"].lerp_(d, 1 - mu)
+                    st["momentum_weight"] = mu * st["momentum_weight"] + (1 - mu)
+                    d = st["momentum_buffer"] / st["momentum_weight"]
+                lr = as_float(group["lr"])
+                rules.decoupled_weight_decay_(p, lr, group["weight_decay"])
+                rules.descend_(p, d.reshape(p.shape), lr)
 
         return apply

@@ -6,7 +6,7 @@ import torch
 from torch.optim import Optimizer
 
 from .. import rules
-from ._base import RoutedOptimizer, check_beta, check_lr, check_nonneg
+from ._base import RoutedOptimizer, as_float, check_beta, check_lr, check_nonneg
 
 __all__ = ["SignSGD"]
 
@@ -51,7 +51,19 @@ class SignSGD(Optimizer):
             self.param_groups.pop()
             raise
 
+    def load_state_dict(self, state_dict):
+        """Load a state dict saved by :class:`SignSGD` (another class's raises ``ValueError``)."""
+        for i, g in enumerate(state_dict.get("param_groups", []) if isinstance(state_dict, dict) else []):
+            foreign = ("algorithm", "betas", "dampening", "nesterov", "maximize")  # isolab's routed / torch's
+            if any(k in g for k in foreign) or any(k not in g for k in ("lr", "momentum", "weight_decay")):
+                raise ValueError(
+                    f"SignSGD.load_state_dict: parameter group {i} was not saved by SignSGD (keys "
+                    f"{sorted(k for k in g if k != 'params')}); load it into the class that saved it"
+                )
+        super().load_state_dict(state_dict)
+
     _name = RoutedOptimizer._name
+    _diagnose_parameters = lambda self: ""  # noqa: E731
     _check_grads = RoutedOptimizer._check_grads
 
     @torch.no_grad()
@@ -62,7 +74,7 @@ class SignSGD(Optimizer):
                 loss = closure()
         self._check_grads()
         for group in self.param_groups:
-            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+            lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue

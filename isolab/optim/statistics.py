@@ -1,4 +1,5 @@
-"""Capture each ``nn.Linear``'s input ``X`` and output gradient ``G`` with hooks.
+"""Capture each layer's input ``X`` and output gradient ``G`` with hooks (``nn.Linear``,
+``nn.Conv1d``, ``nn.Conv2d``).
 
 Conventions. isolab's mathematics writes a layer as ``Y = X W`` with ``W ∈ R^{n×m}``,
 ``X ∈ R^{b×n}`` (rows are samples) and ``G = ∂L/∂Y ∈ R^{b×m}``; the weight gradient is
@@ -26,6 +27,27 @@ How it is captured (and why this way):
   accumulation, a layer applied twice) are concatenated row-wise: ``[X₁; X₂]ᵀ[G₁; G₂]
   = X₁ᵀG₁ + X₂ᵀG₂``, which is what ``weight.grad`` accumulates.
 
+Convolutions (``nn.Conv1d``, ``nn.Conv2d``, ``groups=1``, any padding mode, stride and
+dilation): the *patch view* of K-FAC (Grosse & Martens, 2016). Every output position is a
+row: ``X`` holds the unfolded input patches (``F.unfold``, ``C_in·k_h·k_w`` columns in the
+kernel's ``(C_in, k_h, k_w)`` order) and ``G`` the output gradient at that position
+(``C_out`` columns), so ``b = N·H_out·W_out`` and ``weight.grad.reshape(C_out, -1) = GᵀX``
+exactly (tested). The unfolded patches exist only while ``XᵀX`` is formed in the backward
+hook. Grouped convolutions and ``nn.Conv3d`` are not captured.
+
+Statistics tied to their gradients (``tie_to_grad=True``, what the optimizers use). Each
+hooked layer's weight gets a tensor hook (it runs when autograd is about to accumulate the
+weight's gradient) and a post-accumulate-grad hook. Rows captured during a backward are
+*fresh* until that backward accumulates into ``weight.grad``; then they are *committed*
+(what :meth:`LayerStatistics.rows` and :meth:`LayerStatistics.sums` report). If, when a
+backward reaches the weight, its ``.grad`` is ``None`` (``zero_grad()``, ``model.zero_grad()``,
+``p.grad = None``), is not the tensor the last accumulation left (replaced), or was zeroed in
+place since (``zero_grad(set_to_none=False)``), the committed rows are dropped first: they
+belong to a gradient that no longer exists. Rows of a backward that never reached the
+weight (``torch.autograd.grad``, ``backward(inputs=...)`` without it) are dropped, not
+committed. :meth:`LayerStatistics.check_grad` tells the optimizer whether ``.grad`` is still
+the tensor the committed rows produced.
+
 Scale of ``G``. ``G`` is what autograd provides: with a mean-reduced loss it carries the
 loss's ``1/b``. It is kept as is; ``Cov(G) = GᵀG / b`` is computed from this raw ``G``.
 The optimizers divide ``weight.grad = XᵀG`` by the same row count ``b``, so that with
@@ -39,24 +61,83 @@ raw ``X`` and ``G`` are also kept (tests, inspection).
 
 Limitations: activation checkpointing re-runs forwards during backward and would count
 those rows twice; modules that use a layer's ``weight`` without calling the layer
-(``nn.MultiheadAttention``'s ``out_proj``) are invisible to hooks (the optimizers detect
-this and raise); hooks are fragile under ``torch.compile``.
+(``nn.MultiheadAttention``'s ``out_proj`` and input projections: use
+:func:`isolab.nn.convert_attention`) are invisible to hooks (the optimizers route those
+weights to AdamW and say so); hooks are fragile under ``torch.compile``.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .. import linalg
 
-__all__ = ["LayerStatistics"]
+__all__ = ["LayerStatistics", "capturable", "CAPTURABLE"]
+
+#: Module types whose inputs and output gradients :class:`LayerStatistics` can capture.
+CAPTURABLE = (nn.Linear, nn.Conv1d, nn.Conv2d)
+
+
+def capturable(module: nn.Module) -> bool:
+    """Whether :class:`LayerStatistics` can capture ``module`` (an ``nn.Linear``, or an
+    ``nn.Conv1d``/``nn.Conv2d`` with ``groups=1``)."""
+    if isinstance(module, nn.Linear):
+        return True
+    return isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.groups == 1
+
+
+def _task_id() -> int:
+    try:
+        return torch._C._current_graph_task_id()
+    except AttributeError:  # torch without the call: every backward looks the same
+        return 0
+
+
+def conv_patches(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The rows ``X`` of a convolution's patch view: ``(N·L, C_in·k…)`` for input ``x``.
+
+    ``X @ weight.reshape(C_out, -1).T`` (plus the bias) is the convolution's output with the
+    positions as rows; padding (zeros, ``'same'``, reflect/replicate/circular), stride and
+    dilation are those of ``module``.
+    """
+    conv1d = isinstance(module, nn.Conv1d)
+    spatial = 1 if conv1d else 2
+    if x.ndim == spatial + 1:  # unbatched input
+        x = x.unsqueeze(0)
+    pad = (0,) * spatial
+    if module.padding_mode != "zeros":
+        x = F.pad(x, module._reversed_padding_repeated_twice, mode=module.padding_mode)
+    elif isinstance(module.padding, str):
+        if module.padding == "same":  # torch's split: the extra row/column goes right/bottom
+            widths = []
+            for kk, dd in zip(reversed(module.kernel_size), reversed(module.dilation)):
+                total = dd * (kk - 1)
+                widths += [total // 2, total - total // 2]
+            x = F.pad(x, widths)
+    else:
+        pad = tuple(module.padding)
+    k, st, dl = tuple(module.kernel_size), tuple(module.stride), tuple(module.dilation)
+    if conv1d:  # a 1-D convolution is a 2-D one of height 1
+        x = x.unsqueeze(-2)
+        k, st, dl, pad = (1, *k), (1, *st), (1, *dl), (0, *pad)
+    cols = F.unfold(x, k, dilation=dl, padding=pad, stride=st)  # (N, C·k_h·k_w, L)
+    return cols.transpose(1, 2).reshape(-1, cols.shape[1])
+
+
+def conv_output_rows(g: torch.Tensor, spatial: int) -> torch.Tensor:
+    """The rows ``G`` of a convolution's output gradient ``(N, C_out, *spatial)``: ``(N·L, C_out)``."""
+    if g.ndim == spatial + 1:
+        g = g.unsqueeze(0)
+    return g.movedim(1, -1).reshape(-1, g.shape[1])
 
 
 class _Capture:
-    __slots__ = ("xx", "gg", "rows", "inputs", "grads", "pending")
+    __slots__ = ("xx", "gg", "rows", "inputs", "grads", "pending", "fresh", "grad_ref", "mixed")
 
     def __init__(self):
         self.xx = None
@@ -65,17 +146,43 @@ class _Capture:
         self.inputs: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
         self.pending: list[torch.Tensor] = []
+        self.fresh: list[tuple] = []  # (graph task, rows, xx, gg, x, g) not yet accumulated into .grad
+        self.grad_ref = None  # (weakref to weight.grad, its _version) after the last accumulation
+        self.mixed = False  # .grad also holds the gradient of rows forgotten after a step
+
+    def commit(self, rows, xx, gg, x2, g2, keep):
+        self.rows += rows
+        if xx is not None:
+            if self.xx is None:
+                self.xx, self.gg = xx, gg
+            else:
+                self.xx += xx
+                self.gg += gg
+        if keep and x2 is not None:
+            self.inputs.append(x2)
+            self.grads.append(g2)
+
+    def drop_committed(self):
+        self.xx = self.gg = None
+        self.rows = 0
+        self.inputs, self.grads = [], []
+        self.mixed = False
 
 
 class LayerStatistics:
-    """Hooks on ``nn.Linear`` layers that collect ``X``, ``G``, ``XᵀX`` and ``GᵀG``.
+    """Hooks on ``nn.Linear``/``nn.Conv1d``/``nn.Conv2d`` layers that collect ``X``, ``G``,
+    ``XᵀX`` and ``GᵀG`` (convolutions in the patch view, see the module docstring).
 
     Args:
-        modules: an ``nn.Module`` (every ``nn.Linear`` inside it is hooked, named as in
-            ``named_modules()``) or a mapping ``name -> nn.Linear``.
+        modules: an ``nn.Module`` (every capturable layer inside it is hooked, named as in
+            ``named_modules()``) or a mapping ``name -> layer``.
         dtype: dtype of the accumulated sums (``torch.float32`` or ``torch.float64``).
         keep: also keep the raw captured ``X`` and ``G`` (memory: one copy of every
             hooked layer's input and output gradient until :meth:`clear`).
+        tie_to_grad: tie the rows to the weight's ``.grad`` (see the module docstring):
+            rows count once their backward has accumulated into ``weight.grad``, and rows
+            of a cleared gradient are dropped. Default False for standalone use (rows count
+            as soon as their backward produced them); the optimizers pass True.
 
     Use as a context manager, or call :meth:`remove` when done::
 
@@ -90,29 +197,37 @@ class LayerStatistics:
         *,
         dtype: torch.dtype = torch.float32,
         keep: bool = False,
+        tie_to_grad: bool = False,
     ):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         if isinstance(modules, nn.Module):
-            mods = {n: m for n, m in modules.named_modules() if isinstance(m, nn.Linear)}
+            mods = {n: m for n, m in modules.named_modules() if capturable(m)}
         elif isinstance(modules, Mapping):
             mods = dict(modules)
             for n, m in mods.items():
-                if not isinstance(m, nn.Linear):
-                    raise TypeError(f"module {n!r} is a {type(m).__name__}, not an nn.Linear")
+                if not capturable(m):
+                    raise TypeError(
+                        f"module {n!r} is a {type(m).__name__}, which LayerStatistics cannot capture "
+                        "(nn.Linear, or nn.Conv1d/nn.Conv2d with groups=1)"
+                    )
         else:
-            raise TypeError(f"modules must be an nn.Module or a mapping of nn.Linear, got {type(modules).__name__}")
+            raise TypeError(f"modules must be an nn.Module or a mapping of layers, got {type(modules).__name__}")
         if not mods:
-            raise ValueError("LayerStatistics found no nn.Linear layer to hook")
+            raise ValueError("LayerStatistics found no nn.Linear (or nn.Conv1d/nn.Conv2d) layer to hook")
         self.dtype = dtype
         self.keep = bool(keep)
+        self.tie_to_grad = bool(tie_to_grad)
         self.enabled = True
-        self.modules: dict[str, nn.Linear] = mods
+        self.modules: dict[str, nn.Module] = mods
         self._captures = {n: _Capture() for n in mods}
         self._handles = []
         for name, m in mods.items():
             self._handles.append(m.register_forward_pre_hook(self._make_pre_hook(name)))
             self._handles.append(m.register_forward_hook(self._make_fwd_hook(name)))
+            if self.tie_to_grad and m.weight.requires_grad:
+                self._handles.append(m.weight.register_hook(self._make_weight_hook(name, m.weight)))
+                self._handles.append(m.weight.register_post_accumulate_grad_hook(self._make_post_hook(name)))
 
     # hooks ------------------------------------------------------------------------
     def _active(self, module) -> bool:
@@ -135,7 +250,7 @@ class LayerStatistics:
                 return
 
             def grad_hook(g):
-                self._record(name, x, g)
+                self._record(name, module, x, g)
 
             # For inputs with more than 2 dims, F.linear returns a *view* of a 2-D result.
             # An in-place op on that view (ReLU(inplace=True)) rebuilds the view's autograd
@@ -149,25 +264,56 @@ class LayerStatistics:
 
         return fwd_hook
 
-    def _record(self, name, x, g):
+    def _make_weight_hook(self, name, weight):
+        ref = weakref.ref(weight)
+
+        def weight_hook(grad):  # runs before autograd accumulates into weight.grad
+            cap = self._captures[name]
+            w = ref()
+            if w is not None:
+                current, last = w.grad, cap.grad_ref
+                if current is None or last is None or last[0]() is not current:
+                    cap.drop_committed()  # cleared or replaced: those rows' gradient is gone
+                elif current._version != last[1] and not bool(current.any()):
+                    cap.drop_committed()  # zeroed in place (zero_grad(set_to_none=False))
+                elif last[2]:
+                    cap.mixed = True  # accumulating onto a gradient the optimizer already stepped on
+            task = _task_id()
+            for chunk in cap.fresh:
+                if chunk[0] == task:  # rows of this backward; others never reached the weight
+                    cap.commit(*chunk[1:], self.keep)
+            cap.fresh = []
+
+        return weight_hook
+
+    def _make_post_hook(self, name):
+        def post_hook(param):
+            if param.grad is not None:
+                self._captures[name].grad_ref = (weakref.ref(param.grad), param.grad._version, False)
+
+        return post_hook
+
+    def _record(self, name, module, x, g):
         cap = self._captures[name]
-        x2 = x.reshape(-1, x.shape[-1])
-        g2 = g.detach().reshape(-1, g.shape[-1])
-        cap.rows += x2.shape[0]
-        if not self.enabled:
-            return
-        xf = x2.to(self.dtype)
-        gf = g2.to(self.dtype)
-        xx = linalg.gram(xf)
-        gg = linalg.gram(gf)
-        if cap.xx is None:
-            cap.xx, cap.gg = xx, gg
+        if isinstance(module, nn.Linear):
+            x2 = x.reshape(-1, x.shape[-1])
+            g2 = g.detach().reshape(-1, g.shape[-1])
         else:
-            cap.xx += xx
-            cap.gg += gg
-        if self.keep:
-            cap.inputs.append(x2)
-            cap.grads.append(g2)
+            spatial = 1 if isinstance(module, nn.Conv1d) else 2
+            g2 = conv_output_rows(g.detach(), spatial)
+            x2 = conv_patches(module, x) if self.enabled or self.keep else None
+        rows = g2.shape[0]
+        xx = gg = None
+        if self.enabled:
+            xf = x2.to(self.dtype)
+            gf = g2.to(self.dtype)
+            xx = linalg.gram(xf)
+            gg = linalg.gram(gf)
+        keep = (x2, g2) if (self.keep and self.enabled) else (None, None)
+        if self.tie_to_grad:
+            cap.fresh.append((_task_id(), rows, xx, gg, *keep))
+        else:
+            cap.commit(rows, xx, gg, *keep, self.keep)
 
     # access -----------------------------------------------------------------------
     def _get(self, name) -> _Capture:
@@ -211,10 +357,33 @@ class LayerStatistics:
             raise RuntimeError(f"nothing captured for layer {name!r} since the last clear()")
         return torch.cat(items, 0) if len(items) > 1 else items[0]
 
-    def clear(self) -> None:
-        """Forget everything captured (call after each optimizer step)."""
+    def check_grad(self, name: str, weight: torch.Tensor) -> str | None:
+        """``None`` if ``weight.grad`` is the tensor the committed rows produced (tied mode),
+        else a sentence saying what happened to it (for the optimizer's error)."""
+        if not self.tie_to_grad:
+            return None
+        cap = self._get(name)
+        last = cap.grad_ref
+        if cap.mixed:
+            return ("its .grad still holds the gradient of a batch the optimizer already stepped on "
+                    "(zero_grad() was not called between steps), which the statistics no longer describe")
+        if last is None or last[0]() is not weight.grad:
+            return ("its .grad is not the tensor the last backward through the layer produced (it was "
+                    "replaced, or set after the backward)")
+        return None
+
+    def clear(self, keep_grad_refs: bool = False) -> None:
+        """Forget everything captured (call after each optimizer step).
+
+        ``keep_grad_refs``: remember which ``.grad`` tensors the forgotten rows produced, so
+        that a backward accumulating onto them (no ``zero_grad()`` between steps) is detected.
+        """
         for name in self._captures:
-            self._captures[name] = _Capture()
+            old = self._captures[name]
+            new = _Capture()
+            if keep_grad_refs and old.grad_ref is not None:
+                new.grad_ref = (old.grad_ref[0], old.grad_ref[1], True)
+            self._captures[name] = new
 
     def remove(self) -> None:
         """Remove every hook (idempotent) and forget the captures."""
@@ -235,4 +404,5 @@ class LayerStatistics:
         return False
 
     def __repr__(self):
-        return f"LayerStatistics({len(self.modules)} layers, dtype={self.dtype}, keep={self.keep}, attached={self.attached})"
+        return (f"LayerStatistics({len(self.modules)} layers, dtype={self.dtype}, keep={self.keep}, "
+                f"tie_to_grad={self.tie_to_grad}, attached={self.attached})")
