@@ -66,6 +66,7 @@ import numpy as np
 import torch
 
 from isolab.engine import sweep
+from isolab.engine.tuning import scores  # (S, L), lower is better; inf for a diverged lane
 from isolab.problems import DeepLinearRegression
 from isolab.results import Results, Sweep
 
@@ -152,23 +153,6 @@ def pilot_grid(config: dict) -> np.ndarray:
     p = config["pilot"]
     lo, hi = np.log10(p["low"]), np.log10(p["high"])
     return np.logspace(lo, hi, int(round((hi - lo) * p["per_decade"])) + 1)
-
-
-def scores(s: Sweep, metric: str) -> np.ndarray:
-    """``(S, L)``, lower is better; ``inf`` for a diverged lane (see the module docstring)."""
-    final = s.final_loss()
-    if metric == "final_loss":
-        return final
-    initial = s.loss[..., 0]
-    last = np.array([[_last_finite(s.loss[i, j]) for j in range(s.lrs.size)] for i in range(s.seeds.size)])
-    out = np.where(s.hit_at >= 0, s.hit_at.astype(np.float64), int(s.info["steps"]) * (1.0 + last / initial))
-    out[s.diverged & (s.hit_at < 0)] = np.inf
-    return out
-
-
-def _last_finite(x: np.ndarray) -> float:
-    f = x[np.isfinite(x)]
-    return float(f[-1]) if f.size else np.inf
 
 
 def calibrate(pilot: Sweep, metric: str, config: dict) -> dict:

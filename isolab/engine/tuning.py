@@ -128,11 +128,10 @@ def scores(s: Sweep, metric: str) -> np.ndarray:
     final = s.final_loss()
     if metric == "final_loss":
         return final
-    if s.hit_at is None:
-        raise ValueError("metric 'iterations' needs a sweep run with a threshold")
     initial = s.loss[..., 0]
     last = np.array([[_last_finite(s.loss[i, j]) for j in range(s.lrs.size)] for i in range(s.seeds.size)])
-    out = np.where(s.hit_at >= 0, s.hit_at.astype(np.float64), s.steps * (1.0 + last / initial))
+    steps = int(s.info.get("steps", s.steps))  # a thinned saved sweep records its length in info
+    out = np.where(s.hit_at >= 0, s.hit_at.astype(np.float64), steps * (1.0 + last / initial))
     out[s.diverged & (s.hit_at < 0)] = np.inf
     return out
 
