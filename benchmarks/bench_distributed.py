@@ -2,7 +2,7 @@
 
 Run:  python benchmarks/bench_distributed.py [--quick] [--world 2] [--blocks 5]
 
-The model is the book's own Transformer (:class:`isolab.lm.TransformerLM`, Chapter 11:
+The model is the book's own Transformer (:class:`isolab.book.lm.TransformerLM`, Chapter 11:
 pre-norm, separate ``q, k, v, o`` projections, GELU MLP of width ``4d``, RMSNorm, untied
 head) at width ``d = 256`` with 4 blocks, context 256, and 32 sequences per process: 8192
 tokens per process and step (16384 per step with 2 processes). Why this model: it is the
@@ -29,7 +29,7 @@ per block the slowest process), after one warm-up block: on a shared machine the
 block is the one least disturbed by other programs. The median block and the median CPU
 time per step (``time.process_time``, which other programs do not inflate, but which misses
 time spent waiting for the other process) are printed beside it. Adam is ``torch.optim.AdamW`` with the chapter's routing
-(:func:`isolab.lm.make_optimizer`); IsoAdam and Iso refresh statistics and roots every 10
+(:func:`isolab.book.lm.make_optimizer`); IsoAdam and Iso refresh statistics and roots every 10
 steps (``stat_interval=10, root_interval=10``, so the lean state), sync their statistics
 across processes and distribute the roots (the defaults under ``torch.distributed``).
 
@@ -52,7 +52,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from isolab import lm  # noqa: E402
+from isolab.book import lm  # noqa: E402
 from isolab.distributed import launch  # noqa: E402
 from isolab.optim import Iso  # noqa: E402
 

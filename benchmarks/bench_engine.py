@@ -4,12 +4,12 @@ Run:  python benchmarks/bench_engine.py [--quick] [--threads 1 2] [--optimizers 
 
 Prints, for each thread setting (``torch.set_num_threads``, the same for both sides) and
 each optimizer (SGD, SignSGD, Adam, Muon, Shampoo, Iso, IsoAdam, each with its default
-hyperparameters and the learning-rate grid ``isolab.engine.paper_lrs``):
+hyperparameters and the learning-rate grid ``isolab.book.engine.paper_lrs``):
 
 (a) Figure 4 at full size: deep linear regression, 40 layers, n = 32, batch 128, 1000
-    iterations, 30 learning rates, as one ``isolab.engine.sweep`` (float32).
+    iterations, 30 learning rates, as one ``isolab.book.engine.sweep`` (float32).
 (b) The same runs one learning rate at a time through the torch.optim optimizers
-    (``isolab.engine.reference_run``, float32): 20 iterations at the smallest learning
+    (``isolab.book.engine.reference_run``, float32): 20 iterations at the smallest learning
     rate of the grid (two root refreshes for Shampoo, Iso and IsoAdam, one per 10 steps as
     in the sweep), the fastest of 3 repeats, extrapolated linearly to the lane-steps the
     sweep ran (a diverged learning rate stops at its divergence in both), and the ratio
@@ -56,14 +56,14 @@ import numpy as np
 import torch
 
 # Keep freed memory in the heap for both sides of the comparison (see
-# isolab.engine.core._keep_freed_memory: opt-in, process-wide, glibc only).
+# isolab.book.engine.core._keep_freed_memory: opt-in, process-wide, glibc only).
 os.environ.setdefault("ISOLAB_MALLOPT", "1")
 
 from isolab import linalg
-from isolab.engine import DEFAULTS, paper_lrs, reference_run, sweep
-from isolab.engine.reference import REFERENCED
-from isolab.engine.rules_lanes import parallel_map
-from isolab.problems import DeepLinearRegression
+from isolab.book.engine import DEFAULTS, paper_lrs, reference_run, sweep
+from isolab.book.engine.reference import REFERENCED
+from isolab.book.engine.rules_lanes import parallel_map
+from isolab.book.problems import DeepLinearRegression
 
 ROOTS = ("muon", "shampoo", "iso", "isoadam")
 REF_STEPS = 20

@@ -91,7 +91,7 @@ def run_chapter(path: Path):
     chapter's setup cell applies it)."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from isolab.explorable import shown
+    from isolab.book.explorable import shown
 
     path = path.resolve()
     already = len(shown())
@@ -134,7 +134,7 @@ def reference_redraw_ms(repeats: int = 15) -> float:
     before and after the chapters, it tells a slow run from a slow figure."""
     import numpy as np
 
-    from isolab.explorable import Explorable, Slider
+    from isolab.book.explorable import Explorable, Slider
 
     x = np.linspace(0, 1, 200)
 
@@ -162,7 +162,7 @@ def main() -> int:
     torch.set_num_threads(1)  # a slider redraw is single-threaded work; keep the CPU clock honest
     if args.rounds < 1 or args.repeats < 1:
         parser.error("--rounds and --repeats must be at least 1")
-    from isolab.figures import style
+    from isolab.book.figures import style
 
     style.use()  # every chapter's setup cell does this; the rounds below run in the book's style
     shown = []  # (chapter, explorable), in the book's order; each chapter's state restored after it

@@ -5,7 +5,7 @@ The optimizers in :mod:`isolab.optim` add state across steps: Adam's moments and
 bias correction, momentum, exponential averages of covariances, Gram accumulators, a
 refresh schedule, Muon's shape factor.  Those rules live here, once, and are called both
 by the ``torch.optim`` optimizers (one parameter at a time, a Python float ``lr``) and by
-the vectorized engine :mod:`isolab.engine` (a whole learning-rate sweep at once: every
+the vectorized engine :mod:`isolab.book.engine` (a whole learning-rate sweep at once: every
 tensor carries a lane dimension and ``lr`` is a tensor that broadcasts against it, e.g.
 shape ``(1, lanes, 1, 1)`` for weights of shape ``(layers, lanes, n, m)``).
 

@@ -10,7 +10,7 @@ Run through ``make book``, which first sets up the pinned environment in ``.venv
   changes, so every chapter runs again (``scripts/check_outputs.py`` compares the cached
   outputs with the committed ones).
 * Sets ``ISOLAB_EXPLORABLE=static`` so explorable figures precompute their frames for
-  the kernel-free website (see ``isolab/explorable.py``).
+  the kernel-free website (see ``isolab/book/explorable.py``).
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ r"""The pure noise runs behind Chapter 5's hero figure and explorable, precomput
 Chapter 5 draws, for every depth k in {1, 2, 4}, optimizer (SGD, Adam, Iso with roots
 every step) and weight decay (0, 0.3), four seeds of 400 steps on the pure noise problem
 (n = 16, one sample per step) at nine learning rates from 0.01 to 1
-(:func:`isolab.figures.ch05.compute_run`), and section 5.7's comparison of five optimizers
-over 1000 steps (:func:`isolab.figures.ch05.compute_comparison`). Iso's runs recompute two inverse square roots
+(:func:`isolab.book.figures.ch05.compute_run`), and section 5.7's comparison of five optimizers
+over 1000 steps (:func:`isolab.book.figures.ch05.compute_comparison`). Iso's runs recompute two inverse square roots
 per layer and step, about 3 s of one CPU per setting, too slow for a chapter that must
 execute in well under a minute; so the whole grid is computed here once and saved as
-float32 logarithms of the total weight norms, and :func:`isolab.figures.ch05.explore_run` reads the file
+float32 logarithms of the total weight norms, and :func:`isolab.book.figures.ch05.explore_run` reads the file
 (or computes a setting the file lacks). ``tests/test_figures_ch05.py`` recomputes one
 setting and compares it with the file.
 
@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from isolab.figures import ch05  # noqa: E402
+from isolab.book.figures import ch05  # noqa: E402
 
 
 def main() -> None:

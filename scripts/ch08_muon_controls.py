@@ -11,7 +11,7 @@ saved in ``results/ch08_muon_controls.npz``. ``tests/test_figures_ch08.py`` reco
 of them and compares it with the file.
 
 The variants, the network and every hyperparameter are those of
-:mod:`isolab.figures.ch08` (``MUON_VARIANTS``, ``optimizer``, ``muon_control``).
+:mod:`isolab.book.figures.ch08` (``MUON_VARIANTS``, ``optimizer``, ``muon_control``).
 
 Usage::
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from isolab.figures import ch08
-from isolab.figures.saved import machine_note, write_result
+from isolab.book.figures import ch08
+from isolab.book.figures.saved import machine_note, write_result
 
 RUNS = [(label, "shadow") for label in ch08.MUON_VARIANTS] + [("no momentum", "twin")]
 

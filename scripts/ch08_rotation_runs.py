@@ -10,7 +10,7 @@ all 30 settings when the page is built; so the grid is computed here once and sa
 ``tests/test_figures_ch08.py`` recomputes one setting and compares it with the file.
 
 The grid, the network and every hyperparameter are those of
-:mod:`isolab.figures.ch08` (``THETAS``, ``LR_SCALES``, ``optimizer``); θ = 0 is stored as
+:mod:`isolab.book.figures.ch08` (``THETAS``, ``LR_SCALES``, ``optimizer``); θ = 0 is stored as
 exact zeros (the twin is the network itself).
 
 Usage::
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from isolab.figures import ch08
-from isolab.figures.saved import machine_note, write_result
+from isolab.book.figures import ch08
+from isolab.book.figures.saved import machine_note, write_result
 
 
 def compute() -> dict:

@@ -12,7 +12,7 @@ against the file; ``tests/test_explorable_sweeps.py`` does the same for another.
 
 The grid and the problem are defined here only and written into the file's metadata,
 which the chapter reads. Every hyperparameter is the engine's default
-(:data:`isolab.engine.DEFAULTS`), written into the metadata too.
+(:data:`isolab.book.engine.DEFAULTS`), written into the metadata too.
 
 Usage::
 
@@ -35,9 +35,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from isolab.engine import DEFAULTS, sweep  # noqa: E402
-from isolab.lm import environment  # noqa: E402
-from isolab.problems import DeepLinearRegression, GaussianFeatures  # noqa: E402
+from isolab.book.engine import DEFAULTS, sweep  # noqa: E402
+from isolab.book.lm import environment  # noqa: E402
+from isolab.book.problems import DeepLinearRegression, GaussianFeatures  # noqa: E402
 
 OUT = ROOT / "results" / "sweeps_explorable.npz"
 N, STEPS, SEED = 16, 100, 0

@@ -5,8 +5,8 @@ Chapter 10 of the book loads what this script saves (``results/sweeps_full.npz``
 
 Setup (the paper's, arXiv 2307.12979, section "Experiments"): ``n = 32``, batch 128,
 ``y = A x`` with ``A ~ N(0, I)``, ``x ~ N(0, I)``, weights ``W_i ~ N(0, I)/sqrt(n)``,
-mean-squared error (:class:`isolab.problems.DeepLinearRegression`), 30 learning rates per
-optimizer, three seeds, every optimizer at its defaults (:data:`isolab.engine.DEFAULTS`):
+mean-squared error (:class:`isolab.book.problems.DeepLinearRegression`), 30 learning rates per
+optimizer, three seeds, every optimizer at its defaults (:data:`isolab.book.engine.DEFAULTS`):
 
 - ``fig3``: 5 layers, *iterations to convergence*.  The paper does not say what
   "convergence" means; we use the first step at which the loss is at most 1% of the
@@ -35,7 +35,7 @@ seed that is not one of the reported seeds):
    best rate (median over seeds) is an interior point, the top rate failed for some seed,
    and the bottom rate is at least twice as bad as the best.
 
-What is saved (``isolab.results`` format; one :class:`~isolab.results.Sweep` per figure
+What is saved (``isolab.book.results`` format; one :class:`~isolab.book.results.Sweep` per figure
 and optimizer, labelled ``"fig3/iso"`` etc.): for every (seed, learning rate) the
 divergence step, the step the threshold was hit, and the loss at a thinned set of steps
 (every step up to 20, then about 60 log-spaced steps, always the last one;
@@ -65,10 +65,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from isolab.engine import sweep
-from isolab.engine.tuning import scores  # (S, L), lower is better; inf for a diverged lane
-from isolab.problems import DeepLinearRegression
-from isolab.results import Results, Sweep
+from isolab.book.engine import sweep
+from isolab.book.engine.tuning import scores  # (S, L), lower is better; inf for a diverged lane
+from isolab.book.problems import DeepLinearRegression
+from isolab.book.results import Results, Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "results" / "sweeps_full.npz"

@@ -14,7 +14,7 @@ DDP's forward calls) and, because ``torch.distributed`` is initialized, it sums 
 layers' statistics ``XᵀX`` and ``GᵀG`` over the processes (``sync_statistics=None``, the
 default, turns that on automatically; ``--no-sync`` turns it off to show what goes wrong).
 Each process trains on its own slice of the same global batch of
-:class:`isolab.scaling.RegressionTask`. At the end rank 0 prints the final loss, the
+:class:`isolab.book.scaling.RegressionTask`. At the end rank 0 prints the final loss, the
 largest parameter difference between the replicas (0 when they are identical) and the
 elements each process handed to collectives per step.
 """
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from isolab import scaling
+from isolab.book import scaling
 from isolab.optim import IsoAdam
 
 

@@ -1,7 +1,7 @@
 """Train the paper-sized byte-level Transformer with Adam, IsoAdam and Muon (Chapter 11).
 
 About 800k non-embedding parameters (d_model 128, 4 layers, 4 heads, context 128), on
-the Python standard library's own source (``isolab.lm.stdlib_corpus``; nothing is
+the Python standard library's own source (``isolab.book.lm.stdlib_corpus``; nothing is
 downloaded). The three optimizers start from the same initial weights and see the same
 batches in the same order; IsoAdam uses Adam's hyperparameters unchanged, Muon its own
 learning rate (0.02) on the hidden matrices. Throughput is printed as it runs; curves,
@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from isolab import lm  # noqa: E402
+from isolab.book import lm  # noqa: E402
 
 DEFAULT_OUT = ROOT / "results" / "transformer_full.json"
 

@@ -16,8 +16,8 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def book_figures(one_thread):
-    """The book's figure style (``isolab.figures.style.use``) and one thread."""
-    from isolab.figures import style
+    """The book's figure style (``isolab.book.figures.style.use``) and one thread."""
+    from isolab.book.figures import style
 
     style.use()
     yield

@@ -1,4 +1,4 @@
-"""Tests of isolab.batch_noise against independent oracles: direct sampling, Monte Carlo,
+"""Tests of isolab.book.batch_noise against independent oracles: direct sampling, Monte Carlo,
 autograd, and a hand-written Adam recurrence."""
 
 import math
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from isolab import batch_noise as bn
+from isolab.book import batch_noise as bn
 from isolab import updates
-from isolab.problems import DeepLinearRegression, GaussianFeatures, OneStepRegression, PureNoise
+from isolab.book.problems import DeepLinearRegression, GaussianFeatures, OneStepRegression, PureNoise
 
 F64 = torch.float64
 

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 import torch
 
-from isolab.engine import DEFAULTS, OPTIMIZERS
+from isolab.book.engine import DEFAULTS, OPTIMIZERS
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 

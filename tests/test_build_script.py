@@ -24,7 +24,7 @@ def test_fingerprint_follows_the_library_and_the_environment(tmp_path, monkeypat
     first = build.library_fingerprint()
     assert build.library_fingerprint() == first, "the fingerprint must be deterministic"
 
-    module = tmp_path / "isolab" / "features.py"
+    module = tmp_path / "isolab" / "book" / "features.py"
     module.write_text(module.read_text() + "\n# a comment is a change too\n")
     second = build.library_fingerprint()
     assert second != first

@@ -1,8 +1,8 @@
 """Every explorable of Parts I and II keeps its caption's promises over the whole slider grid.
 
-A chapter's figure module (``isolab.figures.chNN``) lists its explorables in
+A chapter's figure module (``isolab.book.figures.chNN``) lists its explorables in
 ``EXPLORABLES`` (functions that build them). Each names its main slider, which has at
-least :data:`isolab.explorable.MIN_MAIN_VALUES` values, and states at least one promise of
+least :data:`isolab.book.explorable.MIN_MAIN_VALUES` values, and states at least one promise of
 its caption; the promise is computed with the figure's own computation at every grid point.
 """
 
@@ -12,7 +12,7 @@ import importlib
 
 import pytest
 
-from isolab.explorable import MIN_MAIN_VALUES
+from isolab.book.explorable import MIN_MAIN_VALUES
 
 PART_ONE = ["ch01", "ch02", "ch03", "ch04"]
 PART_TWO = ["ch05", "ch06", "ch07", "ch08", "ch09"]
@@ -20,7 +20,7 @@ PART_TWO = ["ch05", "ch06", "ch07", "ch08", "ch09"]
 
 def explorables(chapters):
     for chapter in chapters:
-        module = importlib.import_module(f"isolab.figures.{chapter}")
+        module = importlib.import_module(f"isolab.book.figures.{chapter}")
         for build in module.EXPLORABLES:
             yield pytest.param(build, id=f"{chapter}.{build.__name__}")
 

@@ -96,9 +96,9 @@ class TestChapter:
         assert any("style.use()" in src for src in code_cells(load(chapter))[:2]), "the setup cell must call style.use()"
 
     def test_figures_name_optimizers_and_roles_not_colours(self, chapter):
-        """Colours come from isolab.figures.style (one per optimizer, colour-blind safe)."""
+        """Colours come from isolab.book.figures.style (one per optimizer, colour-blind safe)."""
         bad = [m.group(0) for src in code_cells(load(chapter)) for m in COLOUR_LITERAL.finditer(src)]
-        assert not bad, f"colour literals in the chapter's code (use isolab.figures.style): {bad[:8]}"
+        assert not bad, f"colour literals in the chapter's code (use isolab.book.figures.style): {bad[:8]}"
 
     def test_no_text_smaller_than_ten_points(self, chapter):
         bad = [m.group(0) for src in code_cells(load(chapter)) for m in SMALL_FONT.finditer(src)]
@@ -142,12 +142,12 @@ class TestTeachesAtAGlance:
     def test_visible_code_cells_are_short(self, chapter):
         long = [(len("".join(c["source"]).splitlines()), "".join(c["source"])[:60])
                 for c in visible_code(load(chapter)) if len("".join(c["source"]).splitlines()) > 15]
-        assert not long, f"visible code cells over 15 lines (hide them or move the code to isolab.figures): {long}"
+        assert not long, f"visible code cells over 15 lines (hide them or move the code to isolab.book.figures): {long}"
 
     def test_checked_cells_print_claims_not_bare_booleans(self, chapter):
         cells = [c for c in load(chapter)["cells"] if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
         bare = [checked_text(c)[:80] for c in cells if BARE_BOOL.search(checked_text(c))]
-        assert not bare, f"checked outputs print bare True/False (use isolab.checks.report): {bare}"
+        assert not bare, f"checked outputs print bare True/False (use isolab.book.checks.report): {bare}"
 
     def test_opens_with_a_hero_figure(self, chapter):
         """Right after "What you will learn" (and the hidden setup cells): a figure cell,

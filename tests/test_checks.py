@@ -1,9 +1,9 @@
-"""isolab.checks: a section's checks printed as claim, measured, expected."""
+"""isolab.book.checks: a section's checks printed as claim, measured, expected."""
 
 import numpy as np
 import pytest
 
-from isolab.checks import Check, format_report, report
+from isolab.book.checks import Check, format_report, report
 
 
 def test_report_says_claim_measured_expected_and_whether_each_claim_holds(capsys):
@@ -31,7 +31,7 @@ def test_report_accepts_numpy_booleans_and_rejects_other_rows():
 def test_same_prints_the_tolerance_not_the_noise():
     import torch
 
-    from isolab.checks import same
+    from isolab.book.checks import same
 
     ok = same("x", torch.ones(3), torch.ones(3) + 1e-15)
     assert ok.holds and ok.measured == "largest gap < 1e-12"
@@ -42,7 +42,7 @@ def test_same_prints_the_tolerance_not_the_noise():
 
 
 def test_within_agrees_and_gap():
-    from isolab.checks import agrees, gap, within
+    from isolab.book.checks import agrees, gap, within
 
     assert gap([1.0, 2.0], [1.5, 2.0]) == 0.5
     assert within("d", 1e-13, 1e-12) == ("d", "difference below 1e-12", "<= 1e-12", True)

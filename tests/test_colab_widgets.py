@@ -26,7 +26,7 @@ MOVE_A_SLIDER = r"""
 import json, os
 os.environ["ISOLAB_EXPLORABLE"] = "live"
 import ipywidgets
-from isolab.explorable import Explorable, Slider
+from isolab.book.explorable import Explorable, Slider
 
 def draw(fig, slope, offset):
     ax = fig.add_subplot()

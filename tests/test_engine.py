@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from isolab import linalg, rules
-from isolab.engine import DEFAULTS, OPTIMIZERS, Progress, inverse_sqrt_batched, reference_run, sweep, whitening_residual
-from isolab.engine.reference import REFERENCED
-from isolab.problems import DeepLinearRegression, PureNoise
+from isolab.book.engine import DEFAULTS, OPTIMIZERS, Progress, inverse_sqrt_batched, reference_run, sweep, whitening_residual
+from isolab.book.engine.reference import REFERENCED
+from isolab.book.problems import DeepLinearRegression, PureNoise
 
 SMALL = DeepLinearRegression(n=8, depth=3, batch=16)
 LRS = [1e-3, 1e-2, 3e-2]
@@ -350,7 +350,7 @@ def test_progress_bar_prints_only_when_enabled():
 def test_chunks_and_threads_do_not_change_results(name, hyper, monkeypatch):
     # the matmul-heavy rules work on chunks of layers, and the roots of different chunks run
     # on several threads: every matrix gets the same arithmetic, so the results are identical
-    from isolab.engine import rules_lanes
+    from isolab.book.engine import rules_lanes
 
     problem = DeepLinearRegression(n=8, depth=6, batch=16)
     lrs = np.logspace(-3, -1, 5)

@@ -1,4 +1,4 @@
-"""isolab.explorable: one plotting function, live sliders and precomputed frames."""
+"""isolab.book.explorable: one plotting function, live sliders and precomputed frames."""
 
 import base64
 import io
@@ -9,7 +9,7 @@ import re
 import pytest
 from PIL import Image
 
-from isolab.explorable import MODE_VARIABLE, Explorable, FigureMessage, Slider, registry
+from isolab.book.explorable import MODE_VARIABLE, Explorable, FigureMessage, Slider, registry
 
 
 def draw_line(fig, slope, offset):
@@ -179,7 +179,7 @@ def test_shown_keeps_every_shown_explorable_in_order(monkeypatch):
     ``shown()`` kept."""
     import gc
 
-    from isolab.explorable import shown
+    from isolab.book.explorable import shown
 
     monkeypatch.setenv(MODE_VARIABLE, "none")
     before = len(shown())
@@ -212,7 +212,7 @@ def test_redraw_budget_depends_on_whether_the_figure_trains():
 
 
 # ---------------------------------------------------------------- main slider, promises
-from isolab.explorable import Promise, constant, nondecreasing, nonincreasing, always  # noqa: E402
+from isolab.book.explorable import Promise, constant, nondecreasing, nonincreasing, always  # noqa: E402
 
 
 def _promising(measure, holds, text="the value stays put", caption=None, main="t"):
@@ -255,7 +255,7 @@ def test_promises_need_a_main_slider_and_their_words_in_the_caption():
 
 
 def test_website_frames_have_twice_the_pixels_of_their_display_width():
-    from isolab.explorable import DISPLAY_DPI
+    from isolab.book.explorable import DISPLAY_DPI
 
     e = Explorable(lambda fig, t: fig.add_subplot().plot([0, 1], [0, t]), [Slider("t", [1, 2])], figsize=(4, 2))
     html_text = e.static_html()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scripts_loader import load_script
 
-from isolab.results import edge_of_divergence
+from isolab.book.results import edge_of_divergence
 
 script = load_script("explorable_sweeps")
 

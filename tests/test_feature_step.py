@@ -1,12 +1,12 @@
-"""isolab.feature_step: ΔY = -η X Xᵀ G and its alignment with -G, against autograd."""
+"""isolab.book.feature_step: ΔY = -η X Xᵀ G and its alignment with -G, against autograd."""
 
 import math
 
 import pytest
 import torch
 
-from isolab import feature_step
-from isolab.seeding import generator
+from isolab.book import feature_step
+from isolab.book.seeding import generator
 
 
 def _data(b=9, d_in=6, d_out=4, seed=0):

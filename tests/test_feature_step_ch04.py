@@ -1,12 +1,12 @@
-"""isolab.feature_step, Chapter 4 additions: the feature move of SGD, Muon and SignSGD,
+"""isolab.book.feature_step, Chapter 4 additions: the feature move of SGD, Muon and SignSGD,
 steepest directions, dual norms and descent efficiency, against NumPy oracles."""
 
 import numpy as np
 import pytest
 import torch
 
-from isolab import feature_step
-from isolab.seeding import generator
+from isolab.book import feature_step
+from isolab.book.seeding import generator
 
 
 def _randn(*shape, seed=0):

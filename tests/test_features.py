@@ -1,12 +1,12 @@
-"""isolab.features: the spectrum, rotation and samples behind every Σ slider."""
+"""isolab.book.features: the spectrum, rotation and samples behind every Σ slider."""
 
 import math
 
 import pytest
 import torch
 
-from isolab import features
-from isolab.seeding import generator
+from isolab.book import features
+from isolab.book.seeding import generator
 
 
 @pytest.mark.parametrize("d", [1, 2, 7, 32])

@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from isolab.figures import style
+from isolab.book.figures import style
 
 # Machado, Oliveira & Fernandes (2009), "A physiologically-based model for simulation of
 # color vision deficiency", severity 1.0 (dichromacy); they act on linear RGB.
@@ -126,7 +126,7 @@ def test_colorbar_is_labelled():
 
 
 def test_chapter_figure_modules_take_colours_from_the_style():
-    """isolab/figures/chNN.py name optimizers and roles; only style.py holds colours."""
+    """isolab/book/figures/chNN.py name optimizers and roles; only style.py holds colours."""
     import re
     from pathlib import Path
 
@@ -141,6 +141,6 @@ def test_importing_isolab_does_not_import_the_figures():
     import subprocess
     import sys
 
-    code = "import isolab, isolab.optim, sys; print('isolab.figures' in sys.modules)"
+    code = "import isolab, isolab.optim, sys; print('isolab.book.figures' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -1,4 +1,4 @@
-"""Chapter 1's figures (isolab.figures.ch01): they draw, they show what their captions say,
+"""Chapter 1's figures (isolab.book.figures.ch01): they draw, they show what their captions say,
 and the explorable's caption promise about the rotation θ fails on the old sampling (the
 same Gaussian draws multiplied by a rotated Σ^{1/2}), so this test can fail."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import feature_step, features
-from isolab.explorable import DISPLAY_DPI
-from isolab.figures import ch01
+from isolab.book import feature_step, features
+from isolab.book.explorable import DISPLAY_DPI
+from isolab.book.figures import ch01
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ def fresh_cache():
 
 def old_gaussian_features(batch, d, condition_number=1.0, angle=0.0, *, generator=None, sample_shape=(),
                           dtype=torch.float64, device=None):
-    """How isolab.features drew rotated inputs before: z Σ(θ)^{1/2}, a different cloud per angle."""
+    """How isolab.book.features drew rotated inputs before: z Σ(θ)^{1/2}, a different cloud per angle."""
     z = torch.randn(*sample_shape, batch, d, generator=generator, dtype=dtype, device=device)
     return z @ features.covariance_sqrt(d, condition_number, angle, dtype=dtype, device=device)
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import features, isotropy
-from isolab.explorable import MIN_MAIN_VALUES
-from isolab.figures import ch02
-from isolab.seeding import generator
+from isolab.book import features, isotropy
+from isolab.book.explorable import MIN_MAIN_VALUES
+from isolab.book.figures import ch02
+from isolab.book.seeding import generator
 
 
 def test_below_prints_rounding_level_numbers_as_a_bound():

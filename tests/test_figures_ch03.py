@@ -11,10 +11,10 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import features
-from isolab.figures import ch03
+from isolab.book import features
+from isolab.book.figures import ch03
 from isolab.linalg import random_orthogonal, whiten
-from isolab.seeding import generator
+from isolab.book.seeding import generator
 
 
 def test_hero_is_a_figure_and_zca_moves_the_points_least():

@@ -12,9 +12,11 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import feature_step, linalg
-from isolab.explorable import MIN_MAIN_VALUES, Explorable, Promise, Slider, always
-from isolab.figures import ch04
+from isolab import linalg
+
+from isolab.book import feature_step
+from isolab.book.explorable import MIN_MAIN_VALUES, Explorable, Promise, Slider, always
+from isolab.book.figures import ch04
 
 
 pytestmark = pytest.mark.usefixtures("book_figures")

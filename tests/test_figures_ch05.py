@@ -11,10 +11,10 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import noise_dynamics as nd
-from isolab.engine import sweep
-from isolab.explorable import MIN_MAIN_VALUES
-from isolab.figures import ch05
+from isolab.book import noise_dynamics as nd
+from isolab.book.engine import sweep
+from isolab.book.explorable import MIN_MAIN_VALUES
+from isolab.book.figures import ch05
 
 
 pytestmark = pytest.mark.usefixtures("book_figures")

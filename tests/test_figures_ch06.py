@@ -13,9 +13,9 @@ import torch
 from matplotlib.figure import Figure
 
 from isolab import updates
-from isolab.explorable import MIN_MAIN_VALUES
-from isolab.figures import ch06
-from isolab.seeding import generator
+from isolab.book.explorable import MIN_MAIN_VALUES
+from isolab.book.figures import ch06
+from isolab.book.seeding import generator
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,10 +11,12 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import batch_noise, updates
-from isolab.explorable import MIN_MAIN_VALUES, Explorable, constant
-from isolab.figures import ch07
-from isolab.seeding import generator
+from isolab import updates
+
+from isolab.book import batch_noise
+from isolab.book.explorable import MIN_MAIN_VALUES, Explorable, constant
+from isolab.book.figures import ch07
+from isolab.book.seeding import generator
 
 
 pytestmark = pytest.mark.usefixtures("book_figures")

@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from isolab import linalg, residual
-from isolab.explorable import MIN_MAIN_VALUES, Explorable, always
-from isolab.figures import ch08
-from isolab.seeding import generator
+from isolab import linalg
+
+from isolab.book import residual
+from isolab.book.explorable import MIN_MAIN_VALUES, Explorable, always
+from isolab.book.figures import ch08
+from isolab.book.seeding import generator
 
 
 pytestmark = pytest.mark.usefixtures("book_figures")

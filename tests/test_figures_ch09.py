@@ -1,4 +1,4 @@
-"""isolab.figures.ch09 and the eigenbases of isolab.first_step: the figures build, the
+"""isolab.book.figures.ch09 and the eigenbases of isolab.book.first_step: the figures build, the
 explorable keeps its caption's promises, and the corrected claims of Chapter 9 hold."""
 
 import math
@@ -7,9 +7,11 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab import features, first_step, linalg
-from isolab.explorable import Promise, always
-from isolab.figures import ch09
+from isolab import linalg
+
+from isolab.book import features, first_step
+from isolab.book.explorable import Promise, always
+from isolab.book.figures import ch09
 
 
 # ------------------------------------------------------------------ eigenbases of Sigma
@@ -122,7 +124,7 @@ def test_the_diagonal_promise_can_fail():
 
 def test_the_iso_promise_is_not_vacuous():
     """'Iso's bar falls' is a real claim: Adam's bar, measured the same way, does not fall."""
-    from isolab.explorable import nonincreasing
+    from isolab.book.explorable import nonincreasing
 
     e = ch09.first_step_explorable()
     e.promises = (Promise("Iso's bar falls", lambda **p: ch09.explore(**p)["rel"]["Adam"], nonincreasing(tol=0.0)),)

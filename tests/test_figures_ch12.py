@@ -5,7 +5,7 @@ import math
 import numpy as np
 from matplotlib.figure import Figure
 
-from isolab.figures import ch12, style
+from isolab.book.figures import ch12, style
 
 
 def test_family_training_orders_rows_by_median_and_survives_divergence():

@@ -1,4 +1,4 @@
-"""isolab.first_step: exact batches, the population loss, the tuned single step, one optimizer step."""
+"""isolab.book.first_step: exact batches, the population loss, the tuned single step, one optimizer step."""
 
 import math
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from isolab import first_step as fs
+from isolab.book import first_step as fs
 from isolab import linalg
 from isolab.optim import Iso
-from isolab.problems import OneStepRegression
-from isolab.seeding import generator
+from isolab.book.problems import OneStepRegression
+from isolab.book.seeding import generator
 
 
 def _problem_pieces(n=6, kappa=20.0, angle=0.4, seed=0):

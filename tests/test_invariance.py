@@ -1,12 +1,14 @@
-"""Tests for isolab.invariance: random reparametrizations and how update rules respond."""
+"""Tests for isolab.book.invariance: random reparametrizations and how update rules respond."""
 
 import math
 
 import pytest
 import torch
 
-from isolab import invariance, linalg, updates
-from isolab.seeding import generator
+from isolab import linalg, updates
+
+from isolab.book import invariance
+from isolab.book.seeding import generator
 
 F64 = torch.float64
 

@@ -1,12 +1,12 @@
-"""isolab.isotropy: the book's one isotropy measure."""
+"""isolab.book.isotropy: the book's one isotropy measure."""
 
 import math
 
 import pytest
 import torch
 
-from isolab import features, isotropy
-from isolab.seeding import generator
+from isolab.book import features, isotropy
+from isolab.book.seeding import generator
 
 
 def test_identity_is_perfectly_isotropic_and_rank_one_is_not():

@@ -1,4 +1,4 @@
-"""isolab.isotropy, the Chapter 2 additions: norm moments, pairwise cosines, tight frames
+"""isolab.book.isotropy, the Chapter 2 additions: norm moments, pairwise cosines, tight frames
 and the Gram-side isotropy of a Gaussian batch."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from isolab import features, isotropy
-from isolab.seeding import generator
+from isolab.book import features, isotropy
+from isolab.book.seeding import generator
 
 
 # ---------------------------------------------------------------- norm_moments

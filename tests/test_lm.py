@@ -1,4 +1,4 @@
-"""Tests of isolab.lm (Chapter 11) and of scripts/train_transformer.py."""
+"""Tests of isolab.book.lm (Chapter 11) and of scripts/train_transformer.py."""
 
 import importlib.util
 import math
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from isolab import lm
-from isolab.seeding import generator
+from isolab.book import lm
+from isolab.book.seeding import generator
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""isolab.noise_dynamics: shared pure-noise data, layer gradients, the SGD second-moment
+"""isolab.book.noise_dynamics: shared pure-noise data, layer gradients, the SGD second-moment
 recursion and the growth-rate fits (Chapter 5)."""
 
 import math
@@ -8,9 +8,9 @@ import pytest
 import sympy as sp
 import torch
 
-from isolab import noise_dynamics as nd
-from isolab.engine import sweep
-from isolab.problems import PureNoise
+from isolab.book import noise_dynamics as nd
+from isolab.book.engine import sweep
+from isolab.book.problems import PureNoise
 
 
 # ----------------------------------------------------------------------------- shared data

@@ -1,4 +1,4 @@
-"""Tests of isolab.normalization against torch.nn.functional and closed-form oracles."""
+"""Tests of isolab.book.normalization against torch.nn.functional and closed-form oracles."""
 
 import math
 
@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isolab import features
+from isolab.book import features
 from isolab.linalg import covariance, inverse_sqrt, whiten
-from isolab.normalization import (
+from isolab.book.normalization import (
     METHODS,
     batch_norm,
     coordinate_correlation,

@@ -1,9 +1,9 @@
-"""isolab.plotting: plain-text log ticks."""
+"""isolab.book.plotting: plain-text log ticks."""
 
 import pytest
 from matplotlib.figure import Figure
 
-from isolab.plotting import log_ticks, power_of_ten
+from isolab.book.plotting import log_ticks, power_of_ten
 
 
 @pytest.mark.parametrize("e, text", [(-3, "10⁻³"), (0, "1"), (1, "10"), (2, "10²"), (-12, "10⁻¹²")])

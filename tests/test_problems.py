@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from isolab import features, linalg, updates
-from isolab.problems import DeepLinearRegression, GaussianFeatures, OneStepRegression, PureNoise, derived_generator
+from isolab import linalg, updates
+
+from isolab.book import features
+from isolab.book.problems import DeepLinearRegression, GaussianFeatures, OneStepRegression, PureNoise, derived_generator
 
 
 def test_pure_noise_output_gradient_is_the_noise():

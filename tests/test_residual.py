@@ -1,4 +1,4 @@
-"""isolab.residual: the residual network, its rotated twin, rotations, and twin training."""
+"""isolab.book.residual: the residual network, its rotated twin, rotations, and twin training."""
 
 import copy
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from isolab import residual as R
+from isolab.book import residual as R
 from isolab.linalg import random_orthogonal
 from isolab.optim import Iso, Muon, SignSGD
-from isolab.seeding import generator
+from isolab.book.seeding import generator
 
 
 @pytest.fixture(autouse=True, scope="module")

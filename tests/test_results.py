@@ -8,9 +8,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from isolab.engine import sweep  # noqa: E402
-from isolab.problems import DeepLinearRegression  # noqa: E402
-from isolab.results import Results, Sweep, load, plot_loss_curves, plot_sweep, plot_weight_norm, save  # noqa: E402
+from isolab.book.engine import sweep  # noqa: E402
+from isolab.book.problems import DeepLinearRegression  # noqa: E402
+from isolab.book.results import Results, Sweep, load, plot_loss_curves, plot_sweep, plot_weight_norm, save  # noqa: E402
 
 P = DeepLinearRegression(n=6, depth=2, batch=12)
 
@@ -65,7 +65,7 @@ def test_plots(results):
 def test_total_weight_norm_does_not_overflow_for_exploding_runs():
     import warnings
 
-    from isolab.results import Sweep
+    from isolab.book.results import Sweep
 
     norms = np.full((1, 1, 2, 2), 1e200)
     norms[0, 0, 0] = [3.0, 4.0]
@@ -79,7 +79,7 @@ def test_total_weight_norm_does_not_overflow_for_exploding_runs():
 
 
 # ------------------------------------------------------------ compare_outcomes
-from isolab.results import compare_outcomes  # noqa: E402
+from isolab.book.results import compare_outcomes  # noqa: E402
 
 
 def test_compare_outcomes_allows_moved_steps_but_not_changed_outcomes():
@@ -102,7 +102,7 @@ def test_compare_outcomes_rejects_bad_input():
 
 
 def test_edge_of_divergence_marks_the_last_stable_rate_before_a_diverged_one():
-    from isolab.results import edge_of_divergence
+    from isolab.book.results import edge_of_divergence
 
     diverged = np.array([[False, False, True, True], [False, True, False, True], [False] * 4])
     assert edge_of_divergence(diverged).tolist() == [[False, True, False, False], [True, False, True, False], [False] * 4]

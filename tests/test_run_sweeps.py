@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from isolab.engine import resolve_hyper
-from isolab.results import Sweep, compare_outcomes, edge_of_divergence, load
+from isolab.book.engine import resolve_hyper
+from isolab.book.results import Sweep, compare_outcomes, edge_of_divergence, load
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_PATH = ROOT / "results" / "sweeps_full.npz"

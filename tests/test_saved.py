@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from isolab.figures import saved
+from isolab.book.figures import saved
 
 
 def test_the_checkout_copy_is_found_first():

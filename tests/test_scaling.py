@@ -1,4 +1,4 @@
-"""isolab.scaling: flop counts against torch's counter, the cost model against real
+"""isolab.book.scaling: flop counts against torch's counter, the cost model against real
 optimizer steps, the precision helpers against exact roots, data-parallel replicas."""
 
 from __future__ import annotations
@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from isolab import distributed, linalg, scaling, updates
+from isolab import distributed, linalg, updates
+
+from isolab.book import scaling
 from isolab.optim import IsoAdam
 from isolab.optim.statistics import LayerStatistics
-from isolab.seeding import generator
+from isolab.book.seeding import generator
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +191,7 @@ def test_rotated_gaussian_has_the_requested_covariance():
     gen = generator(3)
     X = scaling.rotated_gaussian(200_000, 6, 50.0, generator=gen)
     w = torch.linalg.eigvalsh(X.T @ X / X.shape[0])
-    from isolab.features import spectrum
+    from isolab.book.features import spectrum
 
     assert torch.allclose(w, spectrum(6, 50.0).flip(0), rtol=0.05)
     assert X.dtype == torch.float64

@@ -1,11 +1,11 @@
-"""Tests of isolab.tensor_iso: Iso for bilinear layers, the exponent family, K-FAC and SOAP."""
+"""Tests of isolab.book.tensor_iso: Iso for bilinear layers, the exponent family, K-FAC and SOAP."""
 
 import numpy as np
 import pytest
 import torch
 
 from isolab.linalg import msign
-from isolab.tensor_iso import (
+from isolab.book.tensor_iso import (
     BilinearLayer,
     bilinear_gradient,
     kfac_update,

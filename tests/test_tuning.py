@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from isolab.engine import DEFAULTS, bootstrap_interval, evaluate, sweep, trial_grid, tune
-from isolab.engine.tuning import scores
-from isolab.problems import DeepLinearRegression
+from isolab.book.engine import DEFAULTS, bootstrap_interval, evaluate, sweep, trial_grid, tune
+from isolab.book.engine.tuning import scores
+from isolab.book.problems import DeepLinearRegression
 
 SMALL = DeepLinearRegression(n=6, depth=2, batch=12)
 

@@ -1,4 +1,4 @@
-// Kernel-free explorable figures (see isolab/explorable.py).
+// Kernel-free explorable figures (see isolab/book/explorable.py).
 // Each <div class="isolab-explorable"> carries its sliders, an <img>, and a JSON payload
 // {sliders: [{name, label, values, default}], frames: [dataURI...], index: {"i-j-k": n}}.
 // Moving a slider looks up the frame precomputed at build time for the new combination.
