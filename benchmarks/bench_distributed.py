@@ -66,7 +66,7 @@ def make(name, model, args):
         return lm.make_optimizer("adam", model, cfg)
     if name == "Muon":
         return lm.make_optimizer("muon", model, cfg)
-    every = dict(stat_interval=args.interval, root_interval=args.interval)
+    every = dict(stat_interval=args.interval, root_interval=args.interval, stat_rows=None)
     if name == "IsoAdam":
         cfg = lm.TrainConfig(lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, extra=every)
         return lm.make_optimizer("isoadam", model, cfg)

@@ -105,16 +105,16 @@ OPTIMIZERS = {
     "Muon": lambda m: Muon(m, lr=1e-3, adam_lr=1e-4),
     "Shampoo[roots/10]": lambda m: Shampoo(m, lr=1e-3, root_interval=10, adam_lr=1e-4),
     "Iso[every step, eigenbasis]": lambda m: Iso(
-        m, lr=1e-3, stat_interval=1, root_interval=1, root_method="eigenbasis", adam_lr=1e-4
+        m, lr=1e-3, stat_interval=1, root_interval=1, stat_rows=None, root_method="eigenbasis", adam_lr=1e-4
     ),
     "Iso[every step, newton]": lambda m: Iso(
-        m, lr=1e-3, stat_interval=1, root_interval=1, root_method="newton", adam_lr=1e-4
+        m, lr=1e-3, stat_interval=1, root_interval=1, stat_rows=None, root_method="newton", adam_lr=1e-4
     ),
-    "Iso[every step, eigh]": lambda m: Iso(m, lr=1e-3, stat_interval=1, root_interval=1, root_method="eigh", adam_lr=1e-4),
-    "Iso[every 10, eigh]": lambda m: Iso(m, lr=1e-3, stat_interval=10, root_interval=10, adam_lr=1e-4),
-    "IsoAdam[every step, newton]": lambda m: IsoAdam(m, lr=1e-4, stat_interval=1, root_interval=1, root_method="newton"),
-    "IsoAdam[every 10, eigh]": lambda m: IsoAdam(m, lr=1e-4, stat_interval=10, root_interval=10),
-    "IsoAdam[every step, eigh]": lambda m: IsoAdam(m, lr=1e-4, stat_interval=1, root_interval=1),
+    "Iso[every step, eigh]": lambda m: Iso(m, lr=1e-3, stat_interval=1, root_interval=1, stat_rows=None, root_method="eigh", adam_lr=1e-4),
+    "Iso[every 10, eigh]": lambda m: Iso(m, lr=1e-3, stat_interval=10, root_interval=10, stat_rows=None, adam_lr=1e-4),
+    "IsoAdam[every step, newton]": lambda m: IsoAdam(m, lr=1e-4, stat_interval=1, root_interval=1, stat_rows=None, root_method="newton"),
+    "IsoAdam[every 10, eigh]": lambda m: IsoAdam(m, lr=1e-4, stat_interval=10, root_interval=10, stat_rows=None),
+    "IsoAdam[every step, eigh]": lambda m: IsoAdam(m, lr=1e-4, stat_interval=1, root_interval=1, stat_rows=None),
 }
 
 

@@ -1,53 +1,47 @@
 #!/usr/bin/env python
-r"""Full-size learning-rate sweeps on deep linear regression: the paper's Figures 3 and 4.
+r"""The paper's Figures 3 and 4 and the reading ablation of Iso, under Part III's tuning protocol.
 
-Chapter 10 of the book loads what this script saves (``results/sweeps_full.npz``).
+Chapter 10 loads what this script saves: one file per part, so that a partial run is useful,
 
-Setup (the paper's, arXiv 2307.12979, section "Experiments"): ``n = 32``, batch 128,
-``y = A x`` with ``A ~ N(0, I)``, ``x ~ N(0, I)``, weights ``W_i ~ N(0, I)/sqrt(n)``,
-mean-squared error (:class:`isolab.book.problems.DeepLinearRegression`), 30 learning rates per
-optimizer, three seeds, every optimizer at its defaults (:data:`isolab.book.engine.DEFAULTS`):
+- ``results/protocol_fig3.npz``: Figure 3, 5 layers, *iterations to 1 % of the initial loss*
+  (at most ``steps`` iterations);
+- ``results/protocol_fig4.npz``: Figure 4, 40 layers, *loss after a budget* of 500, 1000
+  and 3000 iterations (a separate tuning per budget);
+- ``results/protocol_ablation.npz``: Iso and IsoAdam at Figure 4's setup (1000 steps),
+  one factor at a time around our reading (momentum, its placement, ``beta_cov``,
+  damping, root interval) and momentum x placement, each variant lr-tuned with the same
+  budget.
 
-- ``fig3``: 5 layers, *iterations to convergence*.  The paper does not say what
-  "convergence" means; we use the first step at which the loss is at most 1% of the
-  lane's initial loss (a hundredfold reduction), within at most 3000 steps.
-- ``fig4``: 40 layers, *loss after 1000 iterations*.
+The problem is the paper's (arXiv 2307.12979): ``n = 32``, batch 128, ``y = A x``,
+``W_i ~ N(0, I)/sqrt(n)``, mean-squared error (:class:`isolab.book.problems.DeepLinearRegression`).
 
-Optimizers: SGD, Adam, Iso, IsoAdam, Muon, SignSGD and Shampoo, at their defaults;
-Shampoo's default (``beta = 1``) sums its statistics over the whole run, as Gupta et al.
-do, so its steps shrink with time; it is run a second time as ``shampoo_ema`` with an
-exponential moving average (``beta = 0.95``) to show how much that choice matters.
+The protocol (:mod:`isolab.book.engine.tuning`): every optimizer gets the same number of
+trial configurations (``budget``), spread over its knobs (the learning rate always;
+momentum ``{0, 0.9, 0.95}`` where it has one; ``beta2`` or ``beta_cov`` on two values
+where it has them); successive halving over the trials on the two tuning seeds (each
+rung keeps the best ``1/halving``, the last runs the whole budget of steps); the best
+learning rate must not be at an edge of its grid (else the grid moves by half its width
+and the tuning is redone, at most ``max_shifts`` times; the outcome is recorded); the
+chosen setting is then run on held-out seeds and reported as the median with a
+bootstrap 90 % interval over those seeds. Every hyperparameter is written out below
+(nothing is left to a library default) and saved with the result.
 
-Learning-rate calibration (done here, per figure and optimizer, on a separate *pilot*
-seed that is not one of the reported seeds):
-
-1. Pilot sweep over a wide log grid, ``1e-6 ... 1e2`` at four points per decade.
-2. A score per pilot learning rate, lower is better: for ``fig3`` the iterations to the
-   threshold, or ``steps * (1 + final/initial loss)`` for a lane that never reached it,
-   ``inf`` for a diverged lane; for ``fig4`` the final loss (``inf`` when diverged).
-3. The best pilot rate ``lr*``.  Top of the grid: the first pilot rate above ``lr*``
-   whose lane diverged, times ``10^{1/4}`` (one pilot step further), so the grid ends in
-   divergence.  Bottom: the largest pilot rate below ``lr*`` that is "too slow" (score at
-   least ``4x`` the best, or for ``fig3`` not converged, or for ``fig4`` at least
-   ``best + 0.8 (initial - best)``), divided by ``10^{1/4}``.
-4. The reported grid: 30 log-spaced rates between bottom and top.  After the full run the
-   script checks (and records in the metadata) that the grid brackets the optimum: the
-   best rate (median over seeds) is an interior point, the top rate failed for some seed,
-   and the bottom rate is at least twice as bad as the best.
-
-What is saved (``isolab.book.results`` format; one :class:`~isolab.book.results.Sweep` per figure
-and optimizer, labelled ``"fig3/iso"`` etc.): for every (seed, learning rate) the
-divergence step, the step the threshold was hit, and the loss at a thinned set of steps
-(every step up to 20, then about 60 log-spaced steps, always the last one;
-``info["loss_steps"]``), so ``final_loss()``, ``iterations()`` and ``best()`` work as on
-an unthinned sweep.  ``info["calibration"]`` holds the pilot grid and scores,
-``info["bracket"]`` the checks, ``info["run"]`` the configuration, seeds, versions,
-hardware and timings (the same in every sweep).
+What is saved (:mod:`isolab.book.results` format, one :class:`~isolab.book.results.Sweep`
+per entry, labelled ``"fig3/iso"``, ``"fig4/b1000/iso"``, ``"ablation/iso/momentum=0"``):
+the held-out run of the chosen setting (one learning rate x the held-out seeds; the loss
+at a thinned set of steps, ``info["loss_steps"]``), and in ``info``: ``tuned`` (every
+trial and rung with its tuning score, the chosen setting, edge checks), ``heldout``
+(seeds, per-seed scores, median and interval), ``entry`` (the knobs, fixed
+hyperparameters and initial lr range), ``seconds``, and ``run`` (configuration, command,
+versions, hardware, wall time). ``/tmp/h3/SCHEMA.md`` and the chapter describe it.
 
 Usage::
 
-    python scripts/run_sweeps.py                    # full size -> results/sweeps_full.npz
-    python scripts/run_sweeps.py --reduced          # the tests' configuration -> results/sweeps_reduced.npz
+    python scripts/run_sweeps.py --part all        # full size -> results/protocol_{fig3,fig4,ablation}.npz
+    python scripts/run_sweeps.py --part fig4
+    python scripts/run_sweeps.py --reduced         # the tests' configuration -> results/protocol_reduced_*.npz
+    python scripts/run_sweeps.py --part ablation --only ablation/iso/momentum=0.9 --merge   # rerun entries in place
+    python scripts/run_sweeps.py --summary results/protocol_fig4.npz
 """
 
 from __future__ import annotations
@@ -55,8 +49,10 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -66,136 +62,213 @@ import numpy as np
 import torch
 
 from isolab.book.engine import sweep
-from isolab.book.engine.tuning import scores  # (S, L), lower is better; inf for a diverged lane
+from isolab.book.engine.tuning import bootstrap_interval, scores, tune
 from isolab.book.problems import DeepLinearRegression
-from isolab.book.results import Results, Sweep
+from isolab.book.results import Results, Sweep, load
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTPUT = ROOT / "results" / "sweeps_full.npz"
-REDUCED_OUTPUT = ROOT / "results" / "sweeps_reduced.npz"
+PARTS = ("fig3", "fig4", "ablation")
 
-#: label -> (engine optimizer, hyperparameters other than the defaults)
-OPTIMIZERS = {
-    "sgd": ("sgd", {}),
-    "adam": ("adam", {}),
-    "iso": ("iso", {}),
-    "isoadam": ("isoadam", {}),
-    "muon": ("muon", {}),
-    "signsgd": ("signsgd", {}),
-    "shampoo": ("shampoo", {}),
-    "shampoo_ema": ("shampoo", {"beta": 0.95}),
+MOMENTA = (0.0, 0.9, 0.95)
+
+# Every hyperparameter of every lane, written out (the engine's names; isolab.book.engine.DEFAULTS
+# has the same keys): a later change of a library default cannot move these results.
+SGD = dict(momentum=0.0, nesterov=False, weight_decay=0.0)
+SIGNSGD = dict(momentum=0.0, weight_decay=0.0)
+ADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+MUON = dict(momentum=0.95, nesterov=True, ns_steps=5, exact=False, weight_decay=0.0)
+SHAMPOO = dict(beta=1.0, damping=1e-6, root_interval=10, weight_decay=0.0)
+GRAFT = dict(betas=(0.9, 0.999), graft_eps=1e-8, damping=1e-6, root_interval=10, weight_decay=0.0)
+SOAP = dict(betas=(0.95, 0.95), shampoo_beta=None, eps=1e-8, precondition_frequency=10, weight_decay=0.0)
+KFAC = dict(momentum=0.9, nesterov=False, beta_cov=0.95, damping=0.1, root_interval=10, weight_decay=0.0)
+ISO = dict(momentum=0.95, nesterov=True, momentum_placement="gradient", beta_cov=0.95, damping=1e-3,
+           root_interval=10, root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0)
+ISOADAM = dict(betas=(0.9, 0.999), eps=1e-8, beta_cov=0.95, damping=1e-3, root_interval=10, root_method="eigh",
+               root_tol=None, root_fallback="auto", weight_decay=0.0)
+
+
+def _betas(beta1s, beta2s, **extra) -> list:
+    return [{"betas": (b1, b2), **extra} for b1 in beta1s for b2 in beta2s]
+
+
+def _fixed(base: dict, knobs) -> dict:
+    tuned = set(knobs) if isinstance(knobs, dict) else set().union(*(set(c) for c in knobs))
+    return {k: v for k, v in base.items() if k not in tuned}
+
+
+#: label -> (engine optimizer, knobs (name -> values, or the list of combinations), fixed hyperparameters)
+BASELINES = {
+    # SGD: momentum as a knob, Nesterov's form whenever there is momentum
+    "sgd": ("sgd", [dict(momentum=0.0, nesterov=False), dict(momentum=0.9, nesterov=True),
+                    dict(momentum=0.95, nesterov=True)]),
+    "sgd_plain": ("sgd", {}),  # plain SGD, no momentum (the whole budget on the lr)
+    "signsgd": ("signsgd", {"momentum": MOMENTA}),  # SignSGD (momentum 0) and Signum
+    "signsgd_plain": ("signsgd", {}),
+    "adam": ("adam", _betas(MOMENTA, (0.99, 0.999))),
+    "muon": ("muon", {"momentum": MOMENTA}),
+    "soap": ("soap", _betas(MOMENTA, (0.95, 0.99))),
+    "shampoo": ("shampoo", {}),  # Gupta et al. 2018: sums forever, no grafting
+    "shampoo_graft": ("shampoo_graft", _betas(MOMENTA, (0.99, 0.999))),
+    "kfac": ("kfac", {"momentum": MOMENTA, "beta_cov": (0.95, 0.99)}),
+    "iso": ("iso", {"momentum": MOMENTA, "beta_cov": (0.95, 0.99)}),
+    "isoadam": ("isoadam", [{"betas": (b1, 0.999), "beta_cov": bc} for b1 in MOMENTA for bc in (0.95, 0.99)]),
 }
+BASE = {"sgd": SGD, "signsgd": SIGNSGD, "adam": ADAM, "muon": MUON, "soap": SOAP, "shampoo": SHAMPOO,
+        "shampoo_graft": GRAFT, "kfac": KFAC, "iso": ISO, "isoadam": ISOADAM}
+
+
+def baseline(label: str) -> tuple[str, object, dict]:
+    """``(engine optimizer, knobs, fixed)`` of a baseline: every hyperparameter not tuned is fixed."""
+    name, knobs = BASELINES[label]
+    return name, knobs, _fixed(BASE[name], knobs)
+
+
+def _variants() -> dict:
+    """The reading ablation: label -> (engine optimizer, every hyperparameter); one factor at a
+    time around our reading (``iso/default`` = :data:`ISO`, ``isoadam/default`` = :data:`ISOADAM`),
+    plus momentum x its placement for Iso."""
+    out = {"iso/default": ("iso", dict(ISO))}
+    for mu in (0.0, 0.5, 0.9):
+        out[f"iso/momentum={mu:g}"] = ("iso", {**ISO, "momentum": mu})
+    for mu in (0.5, 0.9, 0.95):  # momentum after the whitening (placement x momentum; 0 has no placement)
+        out[f"iso/momentum={mu:g},placement=update"] = ("iso", {**ISO, "momentum": mu, "momentum_placement": "update"})
+    for bc in (0.0, 0.9, 0.99):
+        out[f"iso/beta_cov={bc:g}"] = ("iso", {**ISO, "beta_cov": bc})
+    for d in (1e-4, 1e-2):
+        out[f"iso/damping={d:g}"] = ("iso", {**ISO, "damping": d})
+    out["iso/root_interval=1"] = ("iso", {**ISO, "root_interval": 1})
+    out["isoadam/default"] = ("isoadam", dict(ISOADAM))
+    for b1 in (0.0, 0.5, 0.95):  # IsoAdam's momentum is Adam's beta1 (on the whitened gradient)
+        out[f"isoadam/beta1={b1:g}"] = ("isoadam", {**ISOADAM, "betas": (b1, 0.999)})
+    for bc in (0.0, 0.9, 0.99):
+        out[f"isoadam/beta_cov={bc:g}"] = ("isoadam", {**ISOADAM, "beta_cov": bc})
+    for d in (1e-4, 1e-2):
+        out[f"isoadam/damping={d:g}"] = ("isoadam", {**ISOADAM, "damping": d})
+    out["isoadam/root_interval=1"] = ("isoadam", {**ISOADAM, "root_interval": 1})
+    return out
+
+
+VARIANTS = _variants()
 
 FULL = {
     "name": "full",
     "n": 32,
     "batch": 128,
-    "seeds": [0, 1, 2],
-    "pilot_seed": 100,
-    "count": 30,
-    "pilot": {"low": 1e-6, "high": 1e2, "per_decade": 4},
-    "slow_factor": 4.0,
-    "slow_fraction": 0.8,
+    "tuning_seeds": [0, 1],
+    "heldout_seeds": [10, 11, 12, 13, 14],
+    "budget": 36,
+    "halving": 4,
+    "rungs": 3,
+    "max_shifts": 2,
+    "interval": {"level": 0.9, "resamples": 10000, "seed": 0},
     "thin": {"dense": 20, "log_points": 60},
-    "figures": {
-        "fig3": {"depth": 5, "steps": 3000, "metric": "iterations", "threshold": 1e-2},
-        "fig4": {"depth": 40, "steps": 1000, "metric": "final_loss", "threshold": None},
-    },
-    "optimizers": list(OPTIMIZERS),
     "dtype": "float32",
     "num_threads": 1,
+    "fig3": {
+        "depth": 5, "steps": 3000, "metric": "iterations", "threshold": 1e-2,
+        "optimizers": list(BASELINES),
+        # initial (low, high) of each lr grid; from a one-seed pilot (seed 100) at the defaults
+        "lr_ranges": {"sgd": (2e-3, 0.3), "sgd_plain": (1e-2, 0.3), "signsgd": (3e-4, 2e-2),
+                      "signsgd_plain": (3e-4, 2e-2), "adam": (3e-3, 6e-2), "muon": (5e-3, 0.1), "soap": (2e-3, 5e-2),
+                      "shampoo": (2e-3, 5e-2), "shampoo_graft": (1e-2, 0.3), "kfac": (1e-4, 3e-3),
+                      "iso": (1e-2, 0.15), "isoadam": (1e-3, 3e-2)},
+    },
+    "fig4": {
+        "depth": 40, "budgets": [1000, 500, 3000], "metric": "final_loss", "threshold": None,
+        "optimizers": list(BASELINES),
+        "lr_ranges": {"sgd": (1e-4, 1e-2), "sgd_plain": (5e-4, 1.5e-2), "signsgd": (1e-4, 3e-3),
+                      "signsgd_plain": (1e-4, 3e-3), "adam": (2e-4, 6e-3), "muon": (2e-4, 6e-3), "soap": (2e-4, 5e-3),
+                      "shampoo": (5e-4, 8e-3), "shampoo_graft": (5e-5, 2e-3), "kfac": (3e-5, 1e-3),
+                      "iso": (5e-4, 1e-2), "isoadam": (1e-4, 3e-3)},
+    },
+    "ablation": {
+        # 12 lrs per variant, halving by 3 (12 -> 4 -> 2 trials: the last rung still chooses between two)
+        "depth": 40, "steps": 1000, "metric": "final_loss", "threshold": None, "budget": 12, "halving": 3,
+        "variants": list(VARIANTS),
+        "lr_ranges": {"iso": (3e-4, 1e-2), "isoadam": (5e-5, 5e-3)},
+    },
 }
 
-#: A configuration small enough for the tests (a few seconds): same code path.
+#: A configuration small enough for the tests (seconds): the same code path, every entry.
 REDUCED = {
     **copy.deepcopy(FULL),
     "name": "reduced",
     "n": 8,
     "batch": 16,
-    "seeds": [0, 1],
-    "count": 6,
-    "pilot": {"low": 1e-4, "high": 1e1, "per_decade": 2},
+    "tuning_seeds": [0, 1],
+    "heldout_seeds": [10, 11],
+    "budget": 18,
+    "halving": 3,
+    "rungs": 2,
+    "max_shifts": 1,
     "thin": {"dense": 5, "log_points": 8},
-    "figures": {
-        "fig3": {"depth": 3, "steps": 60, "metric": "iterations", "threshold": 0.3},
-        "fig4": {"depth": 6, "steps": 40, "metric": "final_loss", "threshold": None},
-    },
-    "optimizers": ["sgd", "iso"],
 }
+REDUCED["fig3"].update(depth=3, steps=60, threshold=0.3)
+REDUCED["fig4"].update(depth=6, budgets=[20, 40])
+REDUCED["ablation"].update(depth=6, steps=30, budget=6)
+REDUCED["fig3"]["lr_ranges"] = {k: (lo * 3, hi * 3) for k, (lo, hi) in FULL["fig3"]["lr_ranges"].items()}
+REDUCED["fig4"]["lr_ranges"] = {k: (lo * 10, hi * 10) for k, (lo, hi) in FULL["fig4"]["lr_ranges"].items()}
+REDUCED["ablation"]["lr_ranges"] = {"iso": (3e-3, 1e-1), "isoadam": (5e-4, 5e-2)}
+
+
+def output_path(config: dict, part: str, directory: Path | None = None) -> Path:
+    """``results/protocol_<part>.npz`` (``protocol_reduced_<part>.npz`` for the reduced configuration)."""
+    stem = "protocol_" if config["name"] == "full" else f"protocol_{config['name']}_"
+    return Path(directory or ROOT / "results") / f"{stem}{part}.npz"
 
 
 # ----------------------------------------------------------------------------- pieces
-def problem_for(config: dict, figure: str) -> DeepLinearRegression:
-    f = config["figures"][figure]
-    return DeepLinearRegression(config["n"], f["depth"], config["batch"])
+def problem_for(config: dict, part: str) -> DeepLinearRegression:
+    return DeepLinearRegression(config["n"], config[part]["depth"], config["batch"])
 
 
-def sweep_kwargs(config: dict, figure: str) -> dict:
-    """The engine arguments shared by the pilot, the full run and any re-run of a cell."""
-    f = config["figures"][figure]
+def jobs(config: dict, part: str) -> list[dict]:
+    """The entries of a part: label, engine optimizer, knobs, fixed, lr range, steps, budget."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    p = config[part]
+    out = []
+    if part == "fig3":
+        for label in p["optimizers"]:
+            name, knobs, fixed = baseline(label)
+            out.append(dict(label=f"fig3/{label}", optimizer=name, knobs=knobs, fixed=fixed,
+                            lr_range=tuple(p["lr_ranges"][label]), steps=p["steps"], budget=config["budget"]))
+    elif part == "fig4":
+        for steps in p["budgets"]:
+            for label in p["optimizers"]:
+                name, knobs, fixed = baseline(label)
+                out.append(dict(label=f"fig4/b{steps}/{label}", optimizer=name, knobs=knobs, fixed=fixed,
+                                lr_range=tuple(p["lr_ranges"][label]), steps=steps, budget=config["budget"]))
+    elif part == "ablation":
+        for label in p["variants"]:
+            name, hyper = VARIANTS[label]
+            out.append(dict(label=f"ablation/{label}", optimizer=name, knobs={}, fixed=dict(hyper),
+                            lr_range=tuple(p["lr_ranges"][name]), steps=p["steps"], budget=p["budget"]))
+    else:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    return out
+
+
+def halving_of(config: dict, part: str) -> int:
+    """The successive-halving factor of a part (the configuration's, unless the part sets its own)."""
+    return config[part].get("halving", config["halving"])
+
+
+def engine_kwargs(config: dict, part: str) -> dict:
+    """The engine arguments of a held-out run (and of any rerun of a saved cell)."""
+    p = config[part]
     kw = dict(record_norms=False, dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"],
               progress=False)
-    if f["threshold"] is not None:
-        kw.update(threshold=f["threshold"], relative_threshold=True, retire_at_threshold=True)
+    if p["metric"] == "iterations":
+        kw.update(threshold=p["threshold"], relative_threshold=True, retire_at_threshold=True)
     return kw
 
 
-def run_cell(config: dict, figure: str, label: str, lrs, seeds, steps=None) -> Sweep:
-    """One engine sweep of optimizer ``label`` on ``figure`` (optionally fewer ``steps``)."""
-    name, hyper = OPTIMIZERS[label]
-    f = config["figures"][figure]
-    return sweep(problem_for(config, figure), name, np.asarray(lrs, dtype=np.float64),
-                 f["steps"] if steps is None else steps, seeds=seeds, hyper=hyper or None,
-                 label=f"{figure}/{label}", **sweep_kwargs(config, figure))
-
-
-def pilot_grid(config: dict) -> np.ndarray:
-    p = config["pilot"]
-    lo, hi = np.log10(p["low"]), np.log10(p["high"])
-    return np.logspace(lo, hi, int(round((hi - lo) * p["per_decade"])) + 1)
-
-
-def calibrate(pilot: Sweep, metric: str, config: dict) -> dict:
-    """The reported grid ``(low, high)`` from a one-seed pilot sweep (module docstring, steps 2-4)."""
-    lrs = pilot.lrs
-    sc = scores(pilot, metric)[0]
-    if not np.isfinite(sc).any():
-        raise RuntimeError(f"{pilot.label}: every pilot learning rate diverged")
-    i = int(np.argmin(sc))
-    best = float(sc[i])
-    step = 10 ** (1 / config["pilot"]["per_decade"])
-    above = [j for j in range(i + 1, lrs.size) if pilot.diverged[0, j]]
-    high = lrs[above[0]] * step if above else lrs[-1]
-    if metric == "iterations":
-        slow = min(config["slow_factor"] * best, float(pilot.info["steps"]))
-    else:
-        initial = float(pilot.loss[0, i, 0])
-        slow = min(config["slow_factor"] * best, best + config["slow_fraction"] * (initial - best))
-    below = [j for j in range(i) if sc[j] >= slow]
-    low = lrs[below[-1]] / step if below else lrs[0]
-    return {"pilot_seed": int(pilot.seeds[0]), "pilot_lrs": lrs.tolist(), "pilot_scores": sc.tolist(),
-            "pilot_best_lr": float(lrs[i]), "pilot_best_score": best, "slow_score": float(slow),
-            "low": float(low), "high": float(high), "top_found": bool(above), "bottom_found": bool(below)}
-
-
-def bracket(s: Sweep, metric: str) -> dict:
-    """Checks that the reported grid brackets the optimum (median over seeds).
-
-    ``interior``: the best rate is not at either end; ``top_failed``: the top rate diverged
-    (or never converged) for some seed; ``bottom_slow``: the bottom rate is at least twice
-    as bad as the best, or for a final loss has lost at least half of the possible
-    improvement (median ``loss >= best + (initial - best)/2``).
-    """
-    m = np.median(s.metric(metric), axis=0)
-    i = int(np.argmin(np.where(np.isnan(m), np.inf, m)))
-    top_failed = bool(s.diverged[:, -1].any() or not np.isfinite(s.metric(metric)[:, -1]).all())
-    bottom_ratio = float(m[0] / m[i]) if np.isfinite(m[i]) and m[i] > 0 else float("nan")
-    slow = 2.0 * m[i]
-    if metric == "final_loss":
-        initial = float(np.median(s.loss[:, 0, 0]))
-        slow = min(slow, m[i] + 0.5 * (initial - m[i]))
-    return {"best_index": i, "interior": bool(0 < i < s.lrs.size - 1), "top_failed": top_failed,
-            "bottom_ratio": bottom_ratio, "bottom_slow": bool(m[0] >= slow)}
+def heldout_run(config: dict, part: str, label: str, optimizer: str, hyper: dict, lr: float, steps: int,
+                seeds) -> Sweep:
+    """The chosen setting on ``seeds`` (one engine call: one lane per seed)."""
+    return sweep(problem_for(config, part), optimizer, [float(lr)], int(steps), seeds=tuple(seeds), hyper=hyper,
+                 label=label, **engine_kwargs(config, part))
 
 
 def thin_steps(steps: int, config: dict) -> np.ndarray:
@@ -214,6 +287,38 @@ def thin(s: Sweep, config: dict) -> Sweep:
                  weights=None, hyper=s.hyper, problem=s.problem, info=info)
 
 
+def _json(x):
+    return json.loads(json.dumps(x, default=lambda v: list(v) if isinstance(v, tuple) else str(v)))
+
+
+def run_entry(config: dict, part: str, job: dict) -> Sweep:
+    """Tune one entry on the tuning seeds, run the choice on the held-out seeds (thinned sweep)."""
+    p = config[part]
+    t0, c0 = time.perf_counter(), time.process_time()
+    tuned = tune(problem_for(config, part), job["optimizer"], job["steps"], budget=job["budget"],
+                 lr_range=job["lr_range"], knobs=job["knobs"], fixed=job["fixed"],
+                 tuning_seeds=tuple(config["tuning_seeds"]), metric=p["metric"], threshold=p["threshold"],
+                 max_shifts=config["max_shifts"], halving=halving_of(config, part), rungs=config["rungs"],
+                 dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"])
+    t1, c1 = time.perf_counter(), time.process_time()
+    s = heldout_run(config, part, job["label"], job["optimizer"], tuned.hyper, tuned.lr, job["steps"],
+                    config["heldout_seeds"])
+    t2, c2 = time.perf_counter(), time.process_time()
+    per_seed = scores(s, p["metric"])[:, 0]
+    iv = config["interval"]
+    median, low, high = bootstrap_interval(per_seed, level=iv["level"], resamples=iv["resamples"], seed=iv["seed"])
+    s.info.update(
+        metric=p["metric"], threshold_fraction=p["threshold"],
+        tuned=tuned.as_dict(),
+        heldout={"seeds": list(config["heldout_seeds"]), "scores": per_seed.tolist(), "median": median,
+                 "low": low, "high": high, "level": iv["level"]},
+        entry=_json({"knobs": job["knobs"], "fixed": job["fixed"], "lr_range": job["lr_range"],
+                     "budget": job["budget"], "steps": job["steps"]}),
+        seconds={"tuning": t1 - t0, "heldout": t2 - t1, "tuning_cpu": c1 - c0, "heldout_cpu": c2 - c1},
+    )
+    return thin(s, config)
+
+
 def environment() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
@@ -226,11 +331,13 @@ def environment() -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                 check=False).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True, check=False).stdout.strip())
     except OSError:
-        commit = None
+        commit, dirty = None, None
     return {"torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-            "device": "cpu", "git_commit": commit}
+            "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(), "device": "cpu",
+            "git_commit": commit, "git_dirty": dirty}
 
 
 def log(msg: str, verbose: bool) -> None:
@@ -238,55 +345,101 @@ def log(msg: str, verbose: bool) -> None:
         print(msg, flush=True)
 
 
-def run(config: dict, verbose: bool = True) -> Results:
-    """Calibrate and run every (figure, optimizer) of ``config``; the returned sweeps are thinned."""
-    t_start = time.perf_counter()
-    results = []
-    timings = {}
-    grid = pilot_grid(config)
-    jobs = [(fig, label) for fig in config["figures"] for label in config["optimizers"]]
-    for k, (fig, label) in enumerate(jobs, 1):
-        metric = config["figures"][fig]["metric"]
-        t0 = time.perf_counter()
-        pilot = run_cell(config, fig, label, grid, [config["pilot_seed"]])
-        cal = calibrate(pilot, metric, config)
-        t1 = time.perf_counter()
-        lrs = np.logspace(np.log10(cal["low"]), np.log10(cal["high"]), config["count"])
-        s = run_cell(config, fig, label, lrs, config["seeds"])
-        t2 = time.perf_counter()
-        s.info["calibration"] = cal
-        s.info["bracket"] = bracket(s, metric)
-        s.info["metric"] = metric
-        s.info["pilot_seconds"] = t1 - t0
-        timings[s.label] = {"pilot": t1 - t0, "sweep": t2 - t1}
-        lr, v = s.best(metric)
-        log(f"[{k}/{len(jobs)}] {s.label:18s} grid {cal['low']:.2e}..{cal['high']:.2e}  best lr {lr:.3g} -> "
-            f"{metric} {v:.4g}  bracket {s.info['bracket']}  (pilot {t1 - t0:.1f} s, sweep {t2 - t1:.1f} s, "
-            f"total {t2 - t_start:.0f} s)", verbose)
-        results.append(thin(s, config))
-    total = time.perf_counter() - t_start
-    meta = {"config": config, "environment": environment(), "total_seconds": total,
-            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "script": "scripts/run_sweeps.py"}
-    for s in results:
-        s.info["run"] = meta
-    log(f"done: {len(results)} sweeps in {total:.0f} s", verbose)
-    return Results(results)
+def _describe(s: Sweep) -> str:
+    t, h = s.info["tuned"], s.info["heldout"]
+    knobs = s.info["entry"]["knobs"]
+    names = sorted(knobs) if isinstance(knobs, dict) else sorted(set().union(*map(set, knobs)))
+    chosen = ", ".join(f"{k}={t['hyper'][k]}" for k in names)
+    edge = "interior" if t["interior"] else "AT AN EDGE"
+    return (f"lr {t['lr']:.3g}{' ' + chosen if chosen else ''} ({edge}, {t['shifts']} shifts) -> held-out "
+            f"{h['median']:.4g} [{h['low']:.4g}, {h['high']:.4g}]")
+
+
+def run_part(config: dict, part: str, *, labels=None, out: Path | None = None, command: str = "",
+             verbose: bool = True) -> Results:
+    """Run every entry of ``part`` (or those whose label is in ``labels``), saving after each
+    entry to ``out`` (``None``: not saved), and return the sweeps."""
+    todo = [j for j in jobs(config, part) if labels is None or j["label"] in labels]
+    t_start, c_start = time.perf_counter(), time.process_time()
+    done: list[Sweep] = []
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for k, job in enumerate(todo, 1):
+        s = run_entry(config, part, job)
+        done.append(s)
+        sec = s.info["seconds"]
+        log(f"[{part} {k}/{len(todo)}] {s.label:40s} {_describe(s)}  (tuning {sec['tuning']:.0f} s, held-out "
+            f"{sec['heldout']:.0f} s, cpu {sec['tuning_cpu'] + sec['heldout_cpu']:.0f} s, part "
+            f"{time.perf_counter() - t_start:.0f} s wall, {time.process_time() - c_start:.0f} s cpu)", verbose)
+        meta = {"part": part, "config": _json(config), "command": command, "environment": environment(),
+                "started": started, "wall_seconds": time.perf_counter() - t_start,
+                "cpu_seconds": time.process_time() - c_start, "entries_done": len(done),
+                "entries_total": len(todo), "complete": len(done) == len(todo),
+                "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "script": "scripts/run_sweeps.py"}
+        for d in done:
+            d.info["run"] = meta
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(out.stem + ".partial.npz")
+            Results(done).save(tmp)
+            tmp.replace(out)
+    log(f"{part}: {len(done)} entries in {time.perf_counter() - t_start:.0f} s", verbose)
+    return Results(done)
+
+
+def merge(path: Path, new: Results, config: dict, part: str) -> Path:
+    """Replace (or add) the entries of ``new`` in the saved part ``path``, in the script's order;
+    each entry keeps its own ``info["run"]`` (the command that made it)."""
+    old = {s.label: s for s in load(path)} if path.exists() else {}
+    old.update({s.label: s for s in new})
+    order = [j["label"] for j in jobs(config, part)]
+    tmp = path.with_name(path.stem + ".partial.npz")
+    Results([old[label] for label in order if label in old]).save(tmp)
+    tmp.replace(path)
+    return path
+
+
+def summary(path) -> str:
+    """A table of a saved part: label, chosen setting, held-out median and interval."""
+    lines = []
+    for s in load(path):
+        lines.append(f"{s.label:42s} {_describe(s)}")
+    r = next(iter(load(path))).info["run"]
+    lines.append(f"({r['entries_done']}/{r['entries_total']} entries, {r['wall_seconds']:.0f} s, "
+                 f"command: {r['command']})")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("output", nargs="?", default=None,
-                    help="where to save (.npz; default results/sweeps_full.npz, or results/sweeps_reduced.npz)")
+    ap.add_argument("--part", default="all", choices=PARTS + ("all",), help="which part to run (default: all)")
     ap.add_argument("--reduced", action="store_true", help="the small test configuration")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these labels (e.g. fig4/b1000/iso)")
+    ap.add_argument("--summary", metavar="NPZ", help="print the table of a saved part and exit")
+    ap.add_argument("--out-dir", type=Path, default=None, help="where to save (default: results/)")
+    ap.add_argument("--merge", action="store_true",
+                    help="with --only: put the rerun entries into the part's file (replacing those labels) "
+                         "instead of a separate <part>.only.npz")
     args = ap.parse_args(argv)
+    if args.summary:
+        print(summary(args.summary))
+        return 0
     config = REDUCED if args.reduced else FULL
     torch.set_num_threads(config["num_threads"])
-    out = Path(args.output or (REDUCED_OUTPUT if args.reduced else OUTPUT))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    results = run(config)
-    results.save(out)
-    print(f"saved {out} ({out.stat().st_size / 1e6:.2f} MB)", flush=True)
+    command = " ".join(shlex.quote(a) for a in ["python", "scripts/run_sweeps.py", *(sys.argv[1:] if argv is None
+                                                                                        else argv)])
+    parts = PARTS if args.part == "all" else (args.part,)
+    for part in parts:
+        labels = None if args.only is None else set(args.only)
+        out = output_path(config, part, args.out_dir)
+        if labels is not None:
+            out = out.with_name(out.stem + ".only.npz")
+        if labels is not None and not [j for j in jobs(config, part) if j["label"] in labels]:
+            continue
+        got = run_part(config, part, labels=labels, out=out, command=command)
+        if labels is not None and args.merge:
+            out = merge(output_path(config, part, args.out_dir), got, config, part)
+        print(f"saved {out} ({out.stat().st_size / 1e6:.2f} MB)", flush=True)
     return 0
 
 

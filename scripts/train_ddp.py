@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     tally = scaling.CommunicationTally()
     ddp.register_comm_hook(None, tally.ddp_hook)
     opt = IsoAdam(
-        model, lr=args.lr, stat_interval=args.stat_interval, root_interval=args.root_interval,
+        model, lr=args.lr, stat_interval=args.stat_interval, root_interval=args.root_interval, stat_rows=None,
         sync_statistics=False if args.no_sync else None,
     )
 

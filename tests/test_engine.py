@@ -56,6 +56,33 @@ def test_engine_matches_torch_optim_with_other_hyperparameters(name, hyper):
     _compare(SMALL, name, LRS[:2], 8, hyper=hyper, rtol=1e-7)
 
 
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_muon_lanes_match_isolab_muon_over_twenty_steps(nesterov):
+    """Part III's Muon baseline: 20 steps in float64, every lane within 1e-8 of
+    isolab.optim.Muon (whose bf16 mode is bitwise torch.optim.Muon: tests/test_dropin.py)."""
+    _compare(SMALL, "muon", LRS, 20, hyper=dict(momentum=0.9, nesterov=nesterov), rtol=1e-8)
+
+
+@pytest.mark.parametrize("placement", ["gradient", "update"])
+def test_iso_lanes_match_iso_for_both_momentum_placements(placement):
+    """Momentum before the whitening (the default) or after it: the engine's lanes are
+    isolab.optim.Iso step by step, with roots refreshed every 3 steps (where the two
+    placements differ)."""
+    _compare(SMALL, "iso", LRS, 20, hyper=dict(momentum=0.9, momentum_placement=placement, root_interval=3),
+             rtol=1e-8)
+
+
+def test_momentum_placements_differ_when_the_roots_change_and_bad_input_is_named():
+    from isolab.book.engine import sweep
+
+    runs = [sweep(SMALL, "iso", [1e-2], 12, hyper=dict(momentum=0.9, momentum_placement=p, root_interval=3),
+                  dtype=torch.float64, progress=False).loss[0, 0] for p in ("gradient", "update")]
+    np.testing.assert_allclose(runs[0][:4], runs[1][:4], rtol=1e-12)  # one set of roots for updates 1-3
+    assert np.abs(runs[0][-1] - runs[1][-1]) > 1e-9 * np.abs(runs[0][-1])
+    with pytest.raises(ValueError, match="momentum_placement.*'before'"):
+        sweep(SMALL, "iso", [1e-2], 2, hyper=dict(momentum_placement="before"), progress=False)
+
+
 def test_soap_lanes_match_pytorch_optimizers_soap_over_twenty_steps():
     """The reference baseline of Part III: 20 steps in float64, six eigenbasis refreshes,
     every lane within 1e-8 of pytorch-optimizer's SOAP."""

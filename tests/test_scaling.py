@@ -3,6 +3,7 @@ optimizer steps, the precision helpers against exact roots, data-parallel replic
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -281,3 +282,90 @@ def test_train_mlp_in_float64():
     assert all(math.isfinite(v) for v in run["loss"]) and math.isfinite(run["eval_loss"])
     with pytest.raises(ValueError, match="dtype"):
         scaling.train_mlp("adam", steps=1, batch=8, width=8, dtype=torch.float16)
+
+
+# ------------------------------------------------------------- precision and ranks
+def test_time_weights_are_the_ratio_of_peak_rates():
+    w = scaling.time_weights()
+    assert w["forward_backward"] == 1.0 and w["newton_schulz"] == 1.0
+    assert w["statistics"] == pytest.approx(989.4 / 67.0)
+    tf32 = scaling.time_weights(precision={"statistics": "tf32"})
+    assert tf32["statistics"] == pytest.approx(989.4 / 494.7) and tf32["apply"] == w["apply"]
+    assert scaling.time_weights({"float32": 1.0, "tf32": 1.0, "bfloat16": 1.0})["statistics"] == 1.0
+
+
+def test_time_weights_name_bad_input():
+    with pytest.raises(ValueError, match="'fp8'"):
+        scaling.time_weights(precision={"statistics": "fp8"})
+    with pytest.raises(ValueError, match="unknown parts"):
+        scaling.time_weights(precision={"optimizer": "float32"})
+    with pytest.raises(ValueError, match="positive"):
+        scaling.time_weights({"float32": 0.0, "tf32": 1.0, "bfloat16": 1.0})
+
+
+@pytest.mark.parametrize("jobs, world, share", [(24, 1, 1.0), (24, 8, 3 / 24), (12, 8, 2 / 12), (12, 24, 1 / 12), (5, 2, 3 / 5)])
+def test_rank_share_is_the_busiest_ranks_fraction(jobs, world, share):
+    assert scaling.rank_share(jobs, world) == pytest.approx(share)
+
+
+def test_rank_share_names_bad_input():
+    with pytest.raises(ValueError, match="world_size"):
+        scaling.rank_share(4, 0)
+
+
+def test_model_step_spreads_roots_and_newton_schulz_and_weights_by_precision():
+    one, eight = scaling.model_step(1024, 2048, 10, 1), scaling.model_step(1024, 2048, 10, 8)
+    flops = scaling.iso_step_flops(1024, 1024, 2048, 10, 10)
+    assert one["Iso, eigh"]["roots"] == pytest.approx(flops["roots"] / flops["forward_backward"])
+    assert eight["Iso, eigh"]["roots"] == pytest.approx(one["Iso, eigh"]["roots"] * 3 / 24)
+    assert eight["Muon"]["Newton-Schulz"] == pytest.approx(one["Muon"]["Newton-Schulz"] * 2 / 12)
+    assert eight["Iso, eigh"]["statistics"] == one["Iso, eigh"]["statistics"]
+    timed = scaling.model_step(1024, 2048, 10, 8, time_weighted=True)
+    w = scaling.time_weights()
+    assert timed["Iso, eigh"]["apply roots"] == pytest.approx(eight["Iso, eigh"]["apply roots"] * w["apply"])
+    assert timed["Muon"]["Newton-Schulz"] == pytest.approx(eight["Muon"]["Newton-Schulz"])
+
+
+def test_saved_gpu_timings_reads_the_key_or_says_none(tmp_path):
+    assert scaling.saved_gpu_timings(tmp_path / "absent.json") is None
+    f = tmp_path / "gpu_check.json"
+    f.write_text('{"schema_version": 1}')
+    assert scaling.saved_gpu_timings(f) is None
+    rates = {"float32": 50.0, "tf32": 300.0, "bfloat16": 700.0}
+    f.write_text(json.dumps({"ch13_dtype_timings": {"device": "x", "throughput_tflops": rates}}))
+    got = scaling.saved_gpu_timings(f)
+    assert scaling.time_weights(got["throughput_tflops"])["statistics"] == pytest.approx(14.0)
+    f.write_text(json.dumps({"ch13_dtype_timings": {"device": "x"}}))
+    with pytest.raises(ValueError, match="throughput_tflops"):
+        scaling.saved_gpu_timings(f)
+
+
+def test_staleness_run_names_bad_lanes_and_settings():
+    with pytest.raises(ValueError, match="'isoadam_10'"):
+        scaling.staleness_run("isoadam_10", 1e-3, 0)
+    with pytest.raises(ValueError, match="'momentum'"):
+        scaling.staleness_run("isoadam_1_1", 1e-3, 0, momentum=0.9)
+
+
+def test_schedule_cost_matches_train_mlp_and_the_model():
+    kw = dict(stat_interval=3, root_interval=3, steps=6, width=16, dtype=torch.float64, stats_dtype=torch.float64)
+    trained = scaling.train_mlp(**kw)
+    cost = scaling.schedule_cost(**{k: v for k, v in kw.items() if k != "steps"})
+    assert cost["optimizer_flops"] == trained["optimizer_flops"]
+    assert cost["state_elements"] == trained["state_elements"]
+    assert scaling.train_mlp(flops=False, **kw)["optimizer_flops"] is None
+
+
+def test_train_ddp_script_under_torchrun_keeps_replicas_identical():
+    """The chapter's `torchrun` command (section 13.6), shortened: two gloo processes,
+    statistics averaged; the replicas must end bitwise identical."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_ddp.py"
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), "--steps", "12"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "statistics averaged" in done.stdout
+    assert "largest parameter difference between replicas: 0\n" in done.stdout + "\n"

@@ -184,3 +184,104 @@ def test_soap_rotation_equivariance():
         d1 = soap_step(g, s1, interval=5)
         d2 = soap_step(Q @ g @ U, s2, interval=5)
         assert rel(d2, Q @ d1 @ U) < 1e-6  # rounding / eps, see test_soap_first_step_is_msign
+
+
+# ----------------------------------------------------------------------------- Chapter 12's helpers
+from isolab import updates as _updates  # noqa: E402
+from isolab.book.tensor_iso import (  # noqa: E402
+    COST_METHODS,
+    coordinate_ratios,
+    extra_flops,
+    forward_backward_flops,
+    random_transform,
+    shampoo_after,
+)
+
+
+def test_random_transform_has_the_condition_number_and_unit_determinant():
+    gen = torch.Generator().manual_seed(0)
+    T = random_transform(6, 100.0, gen, (3,))
+    assert T.shape == (3, 6, 6)
+    s = torch.linalg.svdvals(T)
+    assert torch.allclose(s[:, 0] / s[:, -1], torch.full((3,), 100.0, dtype=F64), rtol=1e-10)
+    assert torch.allclose(torch.linalg.det(T).abs(), torch.ones(3, dtype=F64), rtol=1e-10)
+    assert not torch.allclose(T[0], T[1])  # independent draws
+    with pytest.raises(ValueError, match="kappa"):
+        random_transform(4, 0.5, gen)
+    with pytest.raises(ValueError, match="n must be"):
+        random_transform(0, 10.0, gen)
+
+
+def test_coordinate_ratios_show_iso_keeps_size_and_kfac_keeps_the_effect():
+    gen = torch.Generator().manual_seed(1)
+    X, G = randn(2, 128, 5), randn(3, 128, 3)
+    A, B = random_transform(5, 50.0, gen), random_transform(3, 50.0, gen)
+    size, _ = coordinate_ratios(iso_update, X, G, A, B)
+    _, effect = coordinate_ratios(kfac_update, X, G, A, B)
+    assert abs(size.item() - 1) < 1e-10 and abs(effect.item() - 1) < 1e-10
+    sgd_size, sgd_effect = coordinate_ratios(sgd_update, X, G, A, B)
+    assert abs(sgd_size.item() - 1) > 0.05 and abs(sgd_effect.item() - 1) > 0.05
+    with pytest.raises(ValueError, match="A must be"):
+        coordinate_ratios(iso_update, X, G, B, A)
+
+
+def test_shampoo_after_one_batch_is_msign_and_identity_transforms_change_nothing():
+    X, G = randn(4, 64, 6), randn(5, 64, 4)
+    U, g = shampoo_after([(X, G)])
+    assert rel(U, msign(g)) < 1e-8 and rel(g, _updates.weight_gradient(X, G)) < 1e-14
+    history = [(randn(10 + t, 64, 6), randn(20 + t, 64, 4)) for t in range(5)]
+    U0, _ = shampoo_after(history)
+    U1, _ = shampoo_after(history, torch.eye(6, dtype=F64), torch.eye(4, dtype=F64))
+    assert rel(U1, U0) < 1e-14
+    with pytest.raises(ValueError, match="at least one"):
+        shampoo_after([])
+
+
+def test_extra_flops_counts_each_term():
+    n, m, b = 64, 32, 1000
+    assert forward_backward_flops(n, m, b) == 6 * b * n * m
+    roots = 9 * (n**3 + m**3) / 10
+    assert extra_flops("Iso", n, m, b) == 2 * b * (n * n + m * m) + 2 * n * m * (n + m) + roots
+    assert extra_flops("K-FAC", n, m, b) == extra_flops("Iso", n, m, b)
+    assert extra_flops("Shampoo", n, m, b) == 4 * n * m * (n + m) + roots
+    assert extra_flops("SOAP", n, m, b) == 8 * n * m * (n + m) + roots
+    assert extra_flops("Muon", n, m, b) == 5 * (4 * m * m * n + 2 * m**3)  # the small side is m
+    assert extra_flops("Muon", m, n, b) == extra_flops("Muon", n, m, b)
+    assert extra_flops("Adam", n, m, b) == 10 * n * m
+    every10 = extra_flops("Iso", n, m, b, stat_interval=10)
+    assert every10 == 2 * b * (n * n + m * m) / 10 + 2 * n * m * (n + m) + roots
+
+
+def test_extra_flops_batch_dependence_separates_the_family():
+    """Shampoo, SOAP and Muon do not grow with the rows; Iso's and K-FAC's statistics do."""
+    for method in ("Muon", "Shampoo", "SOAP", "Adam"):
+        assert extra_flops(method, 768, 3072, 4096) == extra_flops(method, 768, 3072, 2**19)
+    small = extra_flops("Iso", 768, 3072, 4096) / forward_backward_flops(768, 3072, 4096)
+    large = extra_flops("Iso", 768, 3072, 2**19) / forward_backward_flops(768, 3072, 2**19)
+    limit = (768**2 + 3072**2) / (3 * 768 * 3072)
+    assert large < small and abs(large - limit) < 0.01
+    # the chapter's square case: Muon +125 % at 4096 rows for a 1024-wide layer
+    assert extra_flops("Muon", 1024, 1024, 4096) / forward_backward_flops(1024, 1024, 4096) == 1.25
+
+
+def test_extra_flops_names_bad_input():
+    assert COST_METHODS == ("Adam", "K-FAC", "Shampoo", "Muon", "SOAP", "Iso")
+    with pytest.raises(ValueError, match="'LAMB'"):
+        extra_flops("LAMB", 4, 4, 4)
+    with pytest.raises(ValueError, match="b must be"):
+        extra_flops("Iso", 4, 4, 0)
+    with pytest.raises(ValueError, match="stat_interval"):
+        extra_flops("Iso", 4, 4, 4, stat_interval=0)
+
+
+def test_extra_flops_agrees_with_chapter_13s_layer_model():
+    """Chapter 12's per-method counts and Chapter 13's layer model (isolab.book.scaling) use
+    the same terms for Newton-Schulz, the statistics, the application and the pass."""
+    from isolab.book import scaling
+
+    n, m, b = 96, 160, 512
+    layer = scaling.layer_flops(n, m, b)
+    assert forward_backward_flops(n, m, b) == layer["forward_backward"]
+    assert extra_flops("Muon", n, m, b) == scaling.muon_flops(n, m)
+    roots = 9 * (n**3 + m**3) / 10
+    assert extra_flops("Iso", n, m, b) == layer["statistics"] + layer["apply"] + roots

@@ -93,3 +93,84 @@ def test_bootstrap_interval_is_reproducible_and_brackets_the_median():
     assert with_divergence[0] == 1.1 and math.isinf(with_divergence[2]), "a diverged seed is the worst score"
     with pytest.raises(ValueError, match="at least 2"):
         bootstrap_interval([1.0])
+
+
+def test_rung_lengths_of_successive_halving():
+    from isolab.book.engine.tuning import rung_steps
+
+    assert rung_steps(900, None, 3) == [900]
+    assert rung_steps(900, 3, 3) == [100, 300, 900]
+    assert rung_steps(10, 3, 3) == [2, 4, 10]
+    assert rung_steps(2, 3, 4) == [1, 2], "repeated lengths are merged"
+
+
+def test_successive_halving_keeps_the_best_third_and_chooses_among_the_survivors():
+    t = tune(SMALL, "sgd", 27, budget=18, lr_range=(1e-3, 3.0), knobs={"momentum": [0.0, 0.9]},
+             halving=3, rungs=3, max_shifts=0, dtype=torch.float64)
+    assert [r["steps"] for r in t.rungs] == [3, 9, 27]
+    assert [len(r["trials"]) - r["backfilled"] for r in t.rungs] == [18, 6, 2], "promoted: the best third"
+    assert len(t.trials) == 18, "every trial recorded once, with its score at the last rung it reached"
+    assert t.rungs[1]["backfilled"] >= 1, "here a promoted rate blows up at 9 steps and is replaced"
+    for before, after in zip(t.rungs, t.rungs[1:]):
+        # the survivors are the best third of their rung (by the tuning seeds' median score)
+        ranked = sorted(s for _, _, s in before["trials"])
+        kept = [before["trials"][i] for i in before["kept"]]
+        assert sorted(s for _, _, s in kept) == ranked[:len(kept)]
+        assert [(h, lr) for h, lr, _ in kept] == [(h, lr) for h, lr, _ in after["trials"][:len(kept)]]
+    final = t.rungs[-1]["trials"]
+    assert t.score == min(s for _, _, s in final) and t.halving == 3
+    # a survivor's score at full length is a plain 27-step run of it
+    s = sweep(SMALL, "sgd", [t.lr], 27, seeds=(0, 1), hyper=t.hyper, dtype=torch.float64, progress=False)
+    assert np.median(scores(s, "final_loss")[:, 0]) == pytest.approx(t.score, rel=1e-12)
+    assert t.as_dict()["rungs"][0]["steps"] == 3
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(halving=1), "halving"), (dict(halving=3, rungs=1), "rungs")])
+def test_halving_arguments_are_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tune(SMALL, "sgd", 9, budget=6, lr_range=(1e-3, 1.0), **kwargs)
+
+
+def test_knobs_may_be_listed_as_combinations_that_go_together():
+    combos = [{"momentum": 0.0, "nesterov": False}, {"momentum": 0.9, "nesterov": True}]
+    grid = trial_grid(combos, 12, (1e-3, 1.0))
+    assert len(grid) == 12 and [t.hyper for t in grid[::6]] == combos
+    t = tune(SMALL, "sgd", 10, budget=6, lr_range=(1e-3, 1.0), knobs=combos, max_shifts=0, dtype=torch.float64)
+    assert {(h["momentum"], h["nesterov"]) for h, _, _ in t.trials} == {(0.0, False), (0.9, True)}
+    with pytest.raises(ValueError, match="same hyperparameters"):
+        trial_grid([{"momentum": 0.0}, {"nesterov": True}], 12, (1e-3, 1.0))
+    with pytest.raises(ValueError, match="nesterov=True needs momentum"):  # checked before any training
+        tune(SMALL, "sgd", 10, budget=6, lr_range=(1e-3, 1.0), knobs={"momentum": [0.9, 0.0], "nesterov": [True]})
+
+
+def test_a_grid_where_every_trial_diverges_moves_below_itself():
+    with pytest.raises(RuntimeError, match="every trial over lr"):
+        tune(SMALL, "sgd", 20, budget=3, lr_range=(1e2, 1e3), max_shifts=0, dtype=torch.float64)
+    t = tune(SMALL, "sgd", 20, budget=3, lr_range=(1e2, 1e3), max_shifts=4, dtype=torch.float64)
+    assert t.shifts >= 1 and math.isfinite(t.score) and t.lr < 1e2
+
+
+def test_a_promoted_rate_that_diverges_later_is_replaced_by_the_next_best(monkeypatch):
+    """Successive halving at the edge of stability: the largest rates win the short rung and
+    blow up in the long one; the next best of the short rung take their places (back-fill),
+    so the search ends inside the stable range instead of declaring every trial diverged."""
+    from isolab.book.engine import tuning
+
+    calls = []
+
+    def fake_run(problem, optimizer, hyper, lrs, steps, seeds, metric, threshold, sweep_kw):
+        calls.append((steps, list(lrs)))
+        lrs = np.asarray(lrs)
+        # fast at large rates; above 0.1 unstable once a run is longer than 30 steps
+        score = np.where((lrs > 0.1) & (steps > 30), np.inf, 1.0 / lrs)
+        return np.tile(score, (len(seeds), 1))
+
+    monkeypatch.setattr(tuning, "_run", fake_run)
+    t = tune(SMALL, "sgd", 90, budget=9, lr_range=(1e-3, 1.0), halving=3, rungs=2, max_shifts=0)
+    short, long = t.rungs
+    assert short["steps"] == 30 and long["steps"] == 90
+    assert [x[1] for x in long["trials"][:3]] == [short["trials"][i][1] for i in short["kept"]]
+    assert long["backfilled"] >= 1, "the rates that blew up were replaced"
+    assert t.lr <= 0.1 and math.isfinite(t.score) and t.interior
+    assert len(t.trials) == 9 and sum(len(r["trials"]) for r in t.rungs) == 9 + 3 + long["backfilled"]
+    assert {lr for _, lr, s in t.trials if s == math.inf} == {lr for _, lr, s in long["trials"] if s == math.inf}

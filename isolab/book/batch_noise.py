@@ -480,7 +480,7 @@ def iso_steps(
     layers = nn.ModuleList([nn.Linear(X.shape[-1], G.shape[-1], bias=False, dtype=F64)
                             for X, G in flat for _ in range(X.shape[1])])
     opt = Iso(layers, lr=1.0, momentum=momentum, nesterov=nesterov, beta_cov=beta_cov, damping=damping,
-              stat_interval=1, root_interval=root_interval, root_method="eigh", warmup_steps=0,
+              stat_interval=1, stat_rows=None, root_interval=root_interval, root_method="eigh", warmup_steps=0,
               weight_decay=0.0, stats_dtype=stats_dtype, params=[{"params": list(layers.parameters())}],
               shrinkage=False)  # the plain rule at every batch size (no extra damping when b < n)
     out = [torch.empty(steps, X.shape[1], X.shape[-1], G.shape[-1], dtype=F64) for X, G in flat]

@@ -308,8 +308,11 @@ def make_optimizer(name: str, model: TransformerLM, cfg: TrainConfig) -> torch.o
             lr=lr, betas=betas, eps=eps, **cfg.extra,
         )
     if name == "isoadam":
+        # the statistics schedule of the chapter's runs, pinned (the library's cost defaults may
+        # change): statistics of every row at every step, roots every 10 steps; cfg.extra may override them
+        pinned = dict(stat_interval=1, stat_rows=None, root_interval=10)
         return IsoAdam(model, lr=lr, betas=betas, eps=eps, weight_decay=wd, adam_weight_decay=0.0, head=model.head,
-                       **cfg.extra)
+                       **{**pinned, **cfg.extra})
     if name == "muon":
         return Muon(model, lr=cfg.muon_lr * s, adam_lr=lr, adam_betas=betas, adam_eps=eps,
                     adam_weight_decay=0.0, head=model.head, **cfg.extra)

@@ -190,7 +190,7 @@ class Results:
     def save(self, path: Union[str, Path]) -> Path:
         """Write every sweep to one ``.npz`` (arrays exact, metadata as JSON inside)."""
         path = Path(path)
-        arrays, meta = {}, {"format": "isolab.book.results/1", "labels": self.labels, "sweeps": {}}
+        arrays, meta = {}, {"format": "isolab.results/1", "labels": self.labels, "sweeps": {}}
         for i, s in enumerate(self):
             meta["sweeps"][s.label] = {k: _encode(getattr(s, k)) for k in _META}
             for k in _ARRAYS:
@@ -206,7 +206,7 @@ class Results:
     def load(cls, path: Union[str, Path]) -> "Results":
         with np.load(Path(path), allow_pickle=False) as z:
             meta = json.loads(str(z["__meta__"]))
-            if meta.get("format") != "isolab.book.results/1":
+            if meta.get("format") != "isolab.results/1":
                 raise ValueError(f"{path}: not an isolab results file")
             out = cls()
             for i, label in enumerate(meta["labels"]):

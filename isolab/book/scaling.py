@@ -32,13 +32,20 @@ Contents:
 - :func:`count_flops`: flops of a call, counted by ``torch.utils.flop_counter`` with
   textbook counts added for the factorizations it does not know (``eigh``, Cholesky).
 - :func:`layer_flops`, :func:`iso_step_flops`, :func:`muon_flops`: the cost model above.
+- :data:`H100_TFLOPS`, :data:`GPU_PRECISION`, :func:`time_weights`: flops weighted by the
+  precision each part runs in on a GPU (float32 statistics, roots and application; bfloat16
+  forward, backward and Newton–Schulz); :func:`saved_gpu_timings` reads measured rates from
+  ``results/gpu_check.json`` when a GPU run saved them.
+- :func:`rank_share`, :func:`model_step`: one process's cost per step with the roots and
+  Newton–Schulz spread over the ranks that own them (the explorable of section 13.7).
 - :func:`measure_statistics`: one layer's forward, backward and statistics, counted (and
   timed on request).
 - :func:`median_time`, :func:`linalg_benchmark`: wall-clock timings (noisy; never printed
   in a checked cell). ``python -m isolab.book.scaling --out results/scaling_gpu.json`` runs the
   benchmark on the best available device and saves it.
-- :func:`train_mlp`, :func:`state_elements`: the amortization experiment (a seeded MLP
-  trained with IsoAdam at given refresh intervals).
+- :func:`train_mlp`, :func:`schedule_cost`, :func:`state_elements`, :func:`staleness_run`:
+  the amortization experiment (a seeded MLP trained with IsoAdam at given refresh intervals;
+  ``scripts/ch13_staleness.py`` and ``scripts/ch13_subsample.py`` run it over seeds).
 - :func:`rotated_gaussian`, :func:`whitening_residual`, :func:`newton_inverse_sqrt_in`:
   the precision experiments (bf16 statistics, float32 ``eigh``, Newton in bf16).
 """
@@ -71,13 +78,23 @@ __all__ = [
     "layer_flops",
     "iso_step_flops",
     "muon_flops",
+    "H100_TFLOPS",
+    "GPU_PRECISION",
+    "time_weights",
+    "rank_share",
+    "saved_gpu_timings",
+    "model_step",
     "median_time",
     "measure_statistics",
     "linalg_benchmark",
     "mlp",
     "RegressionTask",
     "train_mlp",
+    "schedule_cost",
     "state_elements",
+    "STALENESS_TASK",
+    "STALENESS_ISOADAM",
+    "staleness_run",
     "rotated_gaussian",
     "whitening_residual",
     "newton_inverse_sqrt_in",
@@ -282,6 +299,110 @@ def muon_flops(n: int, m: int, steps: int = 5) -> int:
     return steps * (4 * s * s * l + 2 * s**3)
 
 
+# ------------------------------------------------------------ precision and ranks
+#: Peak dense matrix-multiply throughput of one NVIDIA H100 SXM in TFLOP/s, by the precision
+#: a product runs in: float32 on the CUDA cores (67), TF32 and bfloat16 on the tensor cores.
+#: NVIDIA's datasheet lists the tensor-core figures with 2:4 structured sparsity (989 TF32,
+#: 1979 bfloat16); dense products run at half of that.
+H100_TFLOPS = {"float32": 67.0, "tf32": 494.7, "bfloat16": 989.4}
+
+#: The precision each part of a step runs in on a GPU: the network's forward and backward
+#: and Muon's Newton–Schulz in bfloat16; Iso's statistics in float32 (the library refuses
+#: anything lower, section 13.5), and its roots and their application in float32 too.
+GPU_PRECISION = {"forward_backward": "bfloat16", "statistics": "float32", "roots": "float32",
+                 "apply": "float32", "newton_schulz": "bfloat16"}
+
+
+def time_weights(throughput: Optional[dict] = None, precision: Optional[dict] = None) -> dict:
+    r"""How much more time a flop of each part costs than a flop of the forward and backward.
+
+    ``throughput`` maps a precision to a rate (default :data:`H100_TFLOPS`), ``precision``
+    maps each part (the keys of :data:`GPU_PRECISION`) to the precision it runs in (default
+    :data:`GPU_PRECISION`). Returns ``{part: rate(forward_backward) / rate(part)}``, so that
+    a part's flops times its weight is its time in units of forward+backward flops (at peak
+    rates: a model of the arithmetic, not of memory traffic or of ``eigh``, which runs far
+    below peak on a GPU). With the defaults, a float32 flop weighs ``989.4/67 ≈ 14.8``.
+    """
+    rates = dict(H100_TFLOPS if throughput is None else throughput)
+    where = {**GPU_PRECISION, **(precision or {})}
+    unknown = sorted(set(where) - set(GPU_PRECISION))
+    if unknown:
+        raise ValueError(f"unknown parts {unknown}; the parts are {sorted(GPU_PRECISION)}")
+    for part, p in where.items():
+        if p not in rates:
+            raise ValueError(f"part {part!r} runs in {p!r}, which has no throughput in {sorted(rates)}")
+        if not (isinstance(rates[p], (int, float)) and rates[p] > 0):
+            raise ValueError(f"throughput of {p!r} must be a positive number, got {rates[p]!r}")
+    base = rates[where["forward_backward"]]
+    return {part: base / rates[p] for part, p in where.items()}
+
+
+def saved_gpu_timings(path=None) -> Optional[dict]:
+    """The per-dtype GPU timings that ``scripts/gpu_check.sh`` saves under the key
+    ``"ch13_dtype_timings"`` of ``results/gpu_check.json`` (``path`` overrides the file), or
+    ``None`` when no such file is in the checkout (nothing is downloaded). Its
+    ``throughput_tflops`` has the keys of :data:`H100_TFLOPS` and can be passed to
+    :func:`time_weights`."""
+    from pathlib import Path
+
+    from .figures.saved import LOCAL
+
+    file = Path(path) if path is not None else LOCAL / "gpu_check.json"
+    if not file.exists():
+        return None
+    data = json.loads(file.read_text())
+    timings = data.get("ch13_dtype_timings")
+    if timings is None:
+        return None
+    if not isinstance(timings, dict) or "throughput_tflops" not in timings:
+        raise ValueError(f"{file}: 'ch13_dtype_timings' has no 'throughput_tflops' (keys: {sorted(timings)})")
+    return timings
+
+
+def rank_share(jobs: int, world_size: int) -> float:
+    r"""The fraction of ``jobs`` equal matrix jobs that the busiest of ``world_size`` ranks
+    computes when each rank computes the jobs it owns (:func:`isolab.distributed.assign_owners`):
+    ``ceil(jobs / W) / jobs``. It falls like ``1/W`` until every rank owns one job, and stays
+    there: no rank computes less than one whole matrix."""
+    _check_dims(jobs=jobs, world_size=world_size)
+    from isolab.distributed import assign_owners
+
+    owners = assign_owners([1] * jobs, world_size)
+    return max(owners.count(r) for r in range(world_size)) / jobs
+
+
+def model_step(n: int, b: int, k: int, world_size: int = 1, *, layers: int = 12, time_weighted: bool = False,
+               newton_iterations: int = 15) -> dict:
+    r"""One process's cost per step for ``layers`` square ``n × n`` hidden layers, ``b`` rows
+    per process, statistics and roots refreshed every ``k`` steps, ``world_size`` processes.
+
+    Parts per optimizer, in units of the forward and backward pass: Adam (nothing else to
+    show), Muon (Newton–Schulz), Iso with ``eigh`` roots and with ``newton_iterations``
+    Newton iterations. Each rank forms the statistics of its own rows and applies the roots
+    to every layer; the roots (``2·layers`` jobs, one per side) and Muon's Newton–Schulz
+    (``layers`` jobs) are spread over the ranks that own them (:func:`rank_share`), as
+    ``distribute_roots`` does. ``time_weighted`` multiplies each part by :func:`time_weights`
+    (an H100: bfloat16 forward, backward and Newton–Schulz; float32 statistics, roots and
+    application). Statistics by one product per covariance (as on an accelerator).
+    """
+    _check_dims(n=n, b=b, k=k, world_size=world_size, layers=layers)
+    w = time_weights() if time_weighted else dict.fromkeys(GPU_PRECISION, 1.0)
+    eigh = iso_step_flops(n, n, b, k, k)
+    newton = iso_step_flops(n, n, b, k, k, root_method="newton", newton_iterations=newton_iterations)
+    fb = eigh["forward_backward"]
+    roots_share, ns_share = rank_share(2 * layers, world_size), rank_share(layers, world_size)
+
+    def iso(r):
+        return {"forward + backward": 1.0, "statistics": w["statistics"] * r["statistics"] / fb,
+                "roots": w["roots"] * roots_share * r["roots"] / fb, "apply roots": w["apply"] * r["apply"] / fb}
+
+    return {"Adam": {"forward + backward": 1.0},
+            "Muon": {"forward + backward": 1.0,
+                     "Newton-Schulz": w["newton_schulz"] * ns_share * muon_flops(n, n) / fb},
+            "Iso, eigh": iso(eigh),
+            f"Iso, Newton ({newton_iterations} it.)": iso(newton)}
+
+
 # ------------------------------------------------------------------------ timing
 def _sync(device) -> None:
     if isinstance(device, str):
@@ -447,6 +568,33 @@ class RegressionTask:
         return (self.eval_x, self.eval_y) if dtype == torch.float32 else self._make(*self._eval_draw, dtype)
 
 
+#: Section 13.4's network and task for :func:`train_mlp` (``scripts/ch13_staleness.py``,
+#: ``scripts/ch13_subsample.py``): 300 steps of 256 rows, width 64, condition number 1000, float32.
+STALENESS_TASK = dict(steps=300, batch=256, width=64, depth=3, cond=1000.0, dtype=torch.float32)
+#: IsoAdam's hyperparameters in those runs, every one by name (weight decay 0, as the
+#: ``torch.optim.Adam`` it meets; every row in the statistics unless ``stat_rows`` is given).
+STALENESS_ISOADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, beta_cov=0.95, damping=1e-3,
+                         root_method="eigh", warmup_steps=0, stats_dtype=torch.float32, shrinkage=True,
+                         stat_rows=None)
+
+
+def staleness_run(lane: str, lr: float, seed: int, **overrides) -> dict:
+    """One run of section 13.4's sweep: ``lane`` is ``"adam"`` or ``"isoadam_<ks>_<kr>"``
+    (statistics every ``ks`` steps, roots every ``kr``); ``seed`` sets the initial weights and
+    ``1000 + seed`` the teacher, batches and held-out set; ``overrides`` replace entries of
+    :data:`STALENESS_ISOADAM` (e.g. ``stat_rows``). Returns :func:`train_mlp`'s result (no flop count)."""
+    if lane == "adam":
+        return train_mlp("adam", lr=lr, seed=seed, data_seed=1000 + seed, flops=False, **STALENESS_TASK)
+    parts = lane.split("_")
+    if len(parts) != 3 or parts[0] != "isoadam" or not all(p.isdigit() for p in parts[1:]):
+        raise ValueError(f"lane must be 'adam' or 'isoadam_<stat_interval>_<root_interval>', got {lane!r}")
+    unknown = sorted(set(overrides) - set(STALENESS_ISOADAM))
+    if unknown:
+        raise ValueError(f"unknown IsoAdam settings {unknown}; the settings are {sorted(STALENESS_ISOADAM)}")
+    return train_mlp("isoadam", stat_interval=int(parts[1]), root_interval=int(parts[2]), lr=lr, seed=seed,
+                     data_seed=1000 + seed, flops=False, **STALENESS_TASK, **{**STALENESS_ISOADAM, **overrides})
+
+
 def state_elements(optimizer: torch.optim.Optimizer) -> int:
     """Number of tensor elements held in ``optimizer.state`` (its memory, in elements)."""
     return sum(v.numel() for st in optimizer.state.values() for v in st.values() if isinstance(v, Tensor))
@@ -466,6 +614,7 @@ def train_mlp(
     seed: int = 0,
     data_seed: int = 1,
     dtype: torch.dtype = torch.float32,
+    flops: bool = True,
     **optimizer_kwargs,
 ) -> dict:
     r"""Train :func:`mlp` on :class:`RegressionTask` with IsoAdam (or ``"adam"``) and report.
@@ -483,7 +632,8 @@ def train_mlp(
     ``step`` (statistics in backward, roots and application in ``step``) over one period
     of the schedule (``lcm(stat_interval, root_interval)`` steps, after a first period
     that is not counted), per step, minus ``forward_backward_flops``, the forward and
-    backward of the same model without hooks.
+    backward of the same model without hooks. ``flops=False`` skips that count (both keys
+    are then ``None``): the long sweeps of ``scripts/ch13_staleness.py`` need only the losses.
     """
     from isolab.optim import IsoAdam
 
@@ -519,10 +669,50 @@ def train_mlp(
     state = state_elements(opt)
     if hasattr(opt, "remove_hooks"):
         opt.remove_hooks()
+    if not flops:
+        return {"loss": losses, "eval_loss": eval_loss, "seconds": seconds, "state_elements": state,
+                "optimizer_flops": None, "forward_backward_flops": None}
 
-    # flops: one period of the schedule on a copy (same shapes, so the same counts)
+    cost = schedule_cost(optimizer, stat_interval=stat_interval, root_interval=root_interval, batch=batch,
+                         width=width, depth=depth, cond=cond, lr=lr, seed=seed, data_seed=data_seed, dtype=dtype,
+                         **optimizer_kwargs)
+    return {
+        "loss": losses,
+        "eval_loss": eval_loss,
+        "seconds": seconds,
+        "state_elements": state,
+        "optimizer_flops": cost["optimizer_flops"],
+        "forward_backward_flops": cost["forward_backward_flops"],
+    }
+
+
+def schedule_cost(
+    optimizer: str = "isoadam",
+    *,
+    stat_interval: int = 1,
+    root_interval: int = 1,
+    batch: int = 256,
+    width: int = 64,
+    depth: int = 3,
+    cond: float = 100.0,
+    lr: float = 1e-3,
+    seed: int = 0,
+    data_seed: int = 1,
+    dtype: torch.dtype = torch.float32,
+    **optimizer_kwargs,
+) -> dict:
+    r"""What one schedule of :func:`train_mlp` costs, without the training: the optimizer's
+    flops per step (``optimizer_flops``, counted with :func:`count_flops` on the real hooks
+    and ``step`` over one period ``lcm(stat_interval, root_interval)`` after a first period
+    that is not counted, minus ``forward_backward_flops``) and its state size
+    (``state_elements``, after those two periods). The counts depend on shapes only."""
+    from isolab.optim import IsoAdam
+
+    if optimizer not in ("adam", "isoadam"):
+        raise ValueError(f"optimizer must be 'adam' or 'isoadam', got {optimizer!r}")
+    task = RegressionTask(width, 16, cond, seed=data_seed)
     probe = mlp(width, depth, width, 16, seed=seed).to(dtype)
-    x, y = batches[0]
+    x, y = task.batch(batch, dtype)
     fb = count_flops(lambda: (probe(x) - y).square().mean().backward()).total
     period = math.lcm(stat_interval, root_interval) if optimizer == "isoadam" else 1
     if optimizer == "adam":
@@ -533,16 +723,10 @@ def train_mlp(
     for _ in range(period):  # the first period includes the first refresh (nothing to rebuild yet)
         _probe_step(probe, popt, x, y)
     total = count_flops(lambda: [_probe_step(probe, popt, x, y) for _ in range(period)]).total
+    state = state_elements(popt)
     if hasattr(popt, "remove_hooks"):
         popt.remove_hooks()
-    return {
-        "loss": losses,
-        "eval_loss": eval_loss,
-        "seconds": seconds,
-        "state_elements": state,
-        "optimizer_flops": total / period - fb,
-        "forward_backward_flops": fb,
-    }
+    return {"optimizer_flops": total / period - fb, "forward_backward_flops": fb, "state_elements": state}
 
 
 def _probe_step(model, opt, x, y):
@@ -687,9 +871,14 @@ def train_replica(
     seed: int = 0,
     data_seed: int = 1,
     checkpoints=(1, 10, 30, 60),
+    stat_interval: int = 1,
+    root_interval: int = 10,
     **optimizer_kwargs,
 ) -> dict:
     r"""One replica of data-parallel IsoAdam training on :class:`RegressionTask`.
+
+    ``stat_interval`` and ``root_interval`` are passed to IsoAdam explicitly (defaults 1
+    and 10, section 13.6's schedule), whatever the library's defaults.
 
     Every process draws the same global batches (same ``data_seed``) and trains on its own
     contiguous slice of ``global_batch / world_size`` rows; the model (same ``seed`` on every
@@ -719,7 +908,8 @@ def train_replica(
     if parallel:
         net = nn.parallel.DistributedDataParallel(model)
         net.register_comm_hook(None, tally.ddp_hook)
-    opt = IsoAdam(model, lr=lr, **{"weight_decay": 0.0, **optimizer_kwargs})  # the chapter runs without decay
+    opt = IsoAdam(model, lr=lr, stat_interval=stat_interval, root_interval=root_interval,
+                  **{"weight_decay": 0.0, **optimizer_kwargs})  # the chapter runs without decay
     losses, snapshots = [], {}
     with tally:
         for step in range(1, steps + 1):

@@ -17,6 +17,17 @@ Matrix layers
   coordinates; Iso's keeps the *norm* of the step instead.
 - :func:`soap_step`: one step of SOAP (Vyas et al., 2024) in our reading of its
   algorithm: Adam run in the eigenbasis of Shampoo's accumulators ``L``, ``R``.
+- :func:`random_transform`: a Haar-rotated invertible matrix of condition number ``kappa``
+  and ``|det| = 1``, the changes of coordinates of Chapter 12.
+- :func:`coordinate_ratios`, :func:`shampoo_after`: what a change of coordinates
+  ``X -> X A``, ``G -> G B`` does to an update's size and to its predicted loss decrease.
+
+Cost
+----
+:func:`extra_flops` counts the flops of each optimizer's extra work on one ``n x m``
+layer per step (statistics, applying the preconditioner, roots or eigenbases amortized
+over their refresh interval, Newton-Schulz), to compare with the layer's own forward and
+backward pass, :func:`forward_backward_flops` ``= 6 b n m`` for ``b`` rows (tokens).
 
 Bilinear (three-factor) layers
 ------------------------------
@@ -30,13 +41,14 @@ Iso's preconditioner multiplies this tensor by ``Cov(a)^{-1/2}`` along dimension
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from isolab import rules, updates
-from isolab.linalg import covariance, symmetric_inverse_root
+from isolab.linalg import covariance, random_orthogonal, symmetric_inverse_root
 
 __all__ = [
     "power_update",
@@ -47,6 +59,12 @@ __all__ = [
     "tensor_iso_update",
     "tensor_iso_update_modes",
     "BilinearLayer",
+    "random_transform",
+    "coordinate_ratios",
+    "shampoo_after",
+    "COST_METHODS",
+    "extra_flops",
+    "forward_backward_flops",
 ]
 
 
@@ -215,3 +233,89 @@ class BilinearLayer(nn.Module):
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         return torch.einsum("...i,...j,ijk->...k", a, b, self.weight)
+
+
+# ----------------------------------------------------------------------------- coordinates
+def random_transform(n: int, kappa: float, gen: torch.Generator, batch: tuple = (), dtype=torch.float64) -> Tensor:
+    r"""``U diag(s) V^T`` with Haar-random orthogonal ``U``, ``V`` and singular values ``s``
+    log-spaced from ``sqrt(kappa)`` down to ``1/sqrt(kappa)``: condition number ``kappa`` and
+    ``|det| = 1``. ``batch`` prepends batch dimensions (independent draws)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not kappa >= 1:
+        raise ValueError(f"kappa must be >= 1 (a condition number), got {kappa!r}")
+    half = 0.5 * math.log10(kappa)
+    s = torch.logspace(half, -half, n, dtype=dtype)
+    U, V = (random_orthogonal(n, gen, sample_shape=batch, dtype=dtype) for _ in range(2))
+    return (U * s) @ V.mT
+
+
+def coordinate_ratios(update, X: Tensor, G: Tensor, A: Tensor, B: Tensor) -> tuple[Tensor, Tensor]:
+    r"""``(‖U'‖ / ‖U‖, <g', U'> / <g, U>)`` for ``U = update(X, G)``, ``U' = update(X A, G B)``
+    and the weight gradients ``g``, ``g'`` of the two batches: how much the change of
+    coordinates moves the step size and the predicted (first-order) loss decrease."""
+    _check_pair(X, G)
+    if A.shape != (X.shape[-1], X.shape[-1]) or B.shape != (G.shape[-1], G.shape[-1]):
+        raise ValueError(f"A must be ({X.shape[-1]}, {X.shape[-1]}) and B ({G.shape[-1]}, {G.shape[-1]}), "
+                         f"got {tuple(A.shape)} and {tuple(B.shape)}")
+    U0, U1 = update(X, G), update(X @ A, G @ B)
+    g0, g1 = updates.weight_gradient(X, G), updates.weight_gradient(X @ A, G @ B)
+    return U1.norm() / U0.norm(), (g1 * U1).sum() / (g0 * U0).sum()
+
+
+def shampoo_after(history, A: Optional[Tensor] = None, B: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    r"""Shampoo's rule on the batches ``history`` (a list of ``(X, G)``), each transformed to
+    ``(X A, G B)``: accumulate ``L = sum g g^T``, ``R = sum g^T g`` (no decay), then return
+    ``(L^{-1/4} g R^{-1/4}, g)`` for the last batch's gradient ``g``. ``A``, ``B`` default to
+    the identity."""
+    if not history:
+        raise ValueError("shampoo_after needs at least one (X, G) batch in history, got none")
+    L = R = g = None
+    for X, G in history:
+        X = X if A is None else X @ A
+        G = G if B is None else G @ B
+        g = updates.weight_gradient(X, G)
+        L, R = rules.accumulate(g @ g.mT, L, 1.0), rules.accumulate(g.mT @ g, R, 1.0)
+    return updates.two_sided(g, symmetric_inverse_root(L, 4), symmetric_inverse_root(R, 4)), g
+
+
+# ----------------------------------------------------------------------------- cost
+COST_METHODS = ("Adam", "K-FAC", "Shampoo", "Muon", "SOAP", "Iso")
+
+
+def forward_backward_flops(n: int, m: int, b: int) -> float:
+    """Flops of an ``n x m`` linear layer's forward and backward pass over ``b`` rows:
+    ``2bnm`` forward, ``4bnm`` backward (input and weight gradients)."""
+    return 6.0 * b * n * m
+
+
+def extra_flops(method: str, n: int, m: int, b: int, *, root_interval: int = 10, stat_interval: int = 1,
+                eig_constant: float = 9.0, ns_steps: int = 5) -> float:
+    r"""Flops per step of ``method``'s work beyond SGD on an ``n x m`` layer with ``b`` rows.
+
+    - statistics from the layer's rows (K-FAC, Iso): ``X^T X`` and ``G^T G``, ``2b(n^2 + m^2)``
+      every ``stat_interval`` steps;
+    - statistics from the gradient (Shampoo, SOAP): ``g g^T`` and ``g^T g``, ``2nm(n + m)``;
+    - applying ``P_L g P_R``: ``2nm(n + m)`` (SOAP rotates in and out: three times that);
+    - roots or eigenbases, ``eig_constant (n^3 + m^3)`` every ``root_interval`` steps;
+    - Muon: ``ns_steps`` quintic Newton-Schulz steps, each ``4 s^2 l + 2 s^3`` with
+      ``s = min(n, m)``, ``l = max(n, m)``;
+    - Adam: ``10 nm`` elementwise.
+    """
+    if method not in COST_METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {COST_METHODS}")
+    for name, value in (("n", n), ("m", m), ("b", b), ("root_interval", root_interval), ("stat_interval", stat_interval)):
+        if not isinstance(value, (int,)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    n, m, b = float(n), float(m), float(b)
+    rows = 2 * b * (n * n + m * m) / stat_interval
+    grads = 2 * n * m * (n + m)
+    apply = 2 * n * m * (n + m)
+    roots = eig_constant * (n ** 3 + m ** 3) / root_interval
+    s, l = min(n, m), max(n, m)
+    return {"Adam": 10 * n * m,
+            "K-FAC": rows + apply + roots,
+            "Shampoo": grads + apply + roots,
+            "Muon": ns_steps * (4 * s * s * l + 2 * s ** 3),
+            "SOAP": grads + 3 * apply + roots,
+            "Iso": rows + apply + roots}[method]

@@ -69,6 +69,31 @@ With single-batch statistics (``β = 0``, ``μ = 0``, ``δ = 0``) Iso's step is
 (up to Adam's ``ε``; with IsoAdam's ``weight_decay=0``, its default decay adds ``−η·0.01·W``):
 the paper's formula.
 
+**Cost, and the defaults** (``stat_interval=1``, ``stat_rows="auto"``, ``root_interval=10``).
+Per step and layer (``b`` rows, ``W ∈ R^{n×m}``, multiply-adds): forward and backward
+``3bnm``; the statistics ``b(n² + m²)`` on statistics steps (less on a CPU, where
+:func:`isolab.linalg.gram` forms one block triangle for wide layers); the roots about
+``5.5(n³ + m³)`` by ``eigh`` on root steps; applying them ``nm(n + m)`` every step. On a
+language model the statistics are the large term: ``b(n² + m²)/3bnm`` is ``2/3`` for a square
+layer and ``17/12`` for an MLP's ``d × 4d`` matrices *whatever the batch*. The default keeps
+the statistics at every step but forms them from ``N = max(1024, 2·max(n, m))`` rows drawn at
+random (``stat_rows="auto"``; unbiased, see ``stat_rows``), which divides that term by ``b/N``
+and leaves batches of up to ``N`` rows exactly as before; the floor of two rows per dimension
+keeps a subsampled covariance away from the nearly singular ``N ≈ d``. Measured on the full-size Transformer of
+``scripts/train_transformer.py`` (8192 tokens per step, one CPU thread, best of 5 interleaved
+runs): the statistics of all rows added 37 % to the forward and backward pass, those of 1024
+rows 3 %; the roots every 10 steps and their application cost about 3 % of AdamW's iteration
+each. Over 150 steps of :mod:`isolab.book.lm`'s Transformer (2 layers, 2048 tokens per step,
+3 seeds) the validation loss with 1024 rows was within 0.003 nats (0.1 %) of the loss with
+all rows (``benchmarks/bench_cost.py`` and its ``--quality`` mode). The intervals were
+kept because of another problem: roots every 20 steps (statistics every 10 steps, or every
+step with 1024 rows) lowered that Transformer's loss by 2 %, but on a 4 × Linear(256)
+teacher–student MLP (3 seeds, 300 steps) roots every 20 steps raised the final loss by 38 %,
+and statistics every 10 steps with roots every 20 by 18 % (worse than AdamW). What no schedule
+amortizes is applying the roots, ``(n + m)/3b`` of the forward and backward pass: 2.6 % at
+``b = 8192, n + m = 640``, but 133 % for ``4 × Linear(512)`` at ``b = 256``, where no dense
+two-sided whitening stays within 2 x AdamW's iteration.
+
 What ``self.state[p]`` holds for a whitened weight: ``step``, ``stat_step``; ``cov_x``,
 ``cov_g`` when the average has memory (``β > 0``, ``stat_interval > 1`` or warm-up);
 ``root_x``, ``root_g`` when roots are reused across steps (``root_interval > 1`` or the
@@ -128,6 +153,10 @@ from .statistics import LayerStatistics, capturable
 __all__ = ["Iso", "IsoAdam"]
 
 _ROOT_METHODS = ("eigh", "newton", "eigenbasis")
+#: Where :class:`Iso` applies its momentum: to the raw gradient before the whitening
+#: (``"gradient"``, the default, as Muon applies it before ``msign``) or to the whitened
+#: steps (``"update"``: ``B <- mu B + (1-mu) P_G g P_X``).
+MOMENTUM_PLACEMENTS = ("gradient", "update")
 
 #: What an error or warning says about a torch ``nn.MultiheadAttention``'s weights.
 ATTENTION_FIX = (
@@ -228,6 +257,7 @@ class _IsoBase(RoutedOptimizer):
         check_nonneg_int(group["warmup_steps"], "warmup_steps")
         check_nonneg(group["weight_decay"], "weight_decay")
         check_bool(group["shrinkage"], "shrinkage")
+        check_stat_rows(group.setdefault("stat_rows", None))
         for p in group["params"]:
             layer = self._linear_by_weight.get(id(p))
             if layer is None:
@@ -255,8 +285,18 @@ class _IsoBase(RoutedOptimizer):
         if self.statistics is not None:
             # after a step, remember which .grad tensors were used: a backward that
             # accumulates onto them without zero_grad() is then detected at the next step
-            self.statistics.clear(keep_grad_refs=after_step)
-            self.statistics.enabled = self._next_needs_stats()
+            stats = self.statistics
+            limits, t_next = {}, 1
+            for group in self.param_groups:
+                if group["algorithm"] == "adam" or not group.get("whiten", True):
+                    continue
+                for p in group["params"]:
+                    limits[self._layer_of[id(p)]] = _row_limit(group, p)
+                    t_next = max(t_next, self.state.get(p, {}).get("step", 0) + 1)
+            stats.stat_rows = limits
+            stats.sample_seed = t_next  # the row draws of step t: the same after a resume
+            stats.clear(keep_grad_refs=after_step)
+            stats.enabled = self._next_needs_stats()
 
     def _reroute(self, split):
         """Routing by model: matrices that cannot be whitened go to the AdamW fallback, with a
@@ -627,7 +667,7 @@ class _IsoBase(RoutedOptimizer):
                     new.update(cov_x=cx, cov_g=cg, stat_step=st.get("stat_step", 0) + 1)
                     # Σ_i w_i²/b_i of the average's weights w_i = (1−β)β^{k−i}: the effective
                     # number of rows behind it is (1 − β^k)² / rows_s2 (see effective_damping)
-                    new["rows_s2"] = beta**2 * st.get("rows_s2", 0.0) + (1 - beta) ** 2 / rows
+                    new["rows_s2"] = beta**2 * st.get("rows_s2", 0.0) + (1 - beta) ** 2 / _seen_rows(group, rows, p)
                 warm = t <= group["warmup_steps"]
                 if not warm and ("root_x" not in st or (t - 1) % group["root_interval"] == 0):
                     cx, cg = new.get("cov_x", st.get("cov_x")), new.get("cov_g", st.get("cov_g"))
@@ -638,8 +678,8 @@ class _IsoBase(RoutedOptimizer):
                     prev = "basis" if group["root_method"] == "eigenbasis" else "root"
                     s2 = new.get("rows_s2", st.get("rows_s2"))
                     n_eff = None if s2 is None else corr**2 / s2
-                    dx = effective_damping(group, n_eff, cx.shape[0], rows)
-                    dg = effective_damping(group, n_eff, cg.shape[0], rows)
+                    dx = effective_damping(group, n_eff, cx.shape[0], _seen_rows(group, rows, p))
+                    dg = effective_damping(group, n_eff, cg.shape[0], _seen_rows(group, rows, p))
                     root_jobs.append((new, "root_x", cx, corr, group, st.get(f"{prev}_x"), "Cov(X)", name, dx))
                     root_jobs.append((new, "root_g", cg, corr, group, st.get(f"{prev}_g"), "Cov(G)", name, dg))
                     if self._lean(group):
@@ -681,6 +721,43 @@ class _IsoBase(RoutedOptimizer):
 TRACK_MAX_RESIDUAL = 0.05
 #: Probe vectors that estimate a refined root's residual (3 matmuls per refresh instead of 5).
 TRACK_PROBES = 32
+
+
+#: ``stat_rows="auto"``: at least this many rows, and ...
+AUTO_ROWS = 1024
+#: ... at least this many rows per dimension of the layer's wider side.
+AUTO_ROWS_PER_DIM = 2
+
+
+def _row_limit(group, weight):
+    """The most rows the statistics of ``weight``'s layer are formed from (``None``: all).
+
+    ``"auto"``: ``max(1024, 2·max(n, m))`` for a layer with ``n`` inputs and ``m`` outputs,
+    so that a subsampled step never has about as many rows as dimensions, where a sample
+    covariance is nearly singular (Marchenko–Pastur: with ``N = 2d`` rows its smallest
+    eigenvalue is about ``(1 − √½)² ≈ 0.09`` of the mean; with ``N = d`` about 0) while the
+    rank-aware damping of :func:`effective_damping` is off (it acts only below ``d`` rows).
+    """
+    limit = group.get("stat_rows")
+    if limit == "auto":
+        return max(AUTO_ROWS, AUTO_ROWS_PER_DIM * max(weight.shape[0], weight[0].numel()))
+    return limit
+
+
+def _seen_rows(group, rows, weight):
+    """Rows behind a statistics step's sums: ``min(b, N)`` for the layer's row limit ``N``
+    (``b`` without subsampling)."""
+    limit = _row_limit(group, weight)
+    return rows if limit is None else min(rows, limit)
+
+
+def check_stat_rows(value, name="stat_rows"):
+    """``None`` (every row), ``"auto"`` or a positive int: the rows each layer's statistics are formed from."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be None (use every row), 'auto' or a positive int, got {value!r}")
+    return value
 
 
 def effective_damping(group, n_eff, d, rows):
@@ -779,10 +856,15 @@ class Iso(_IsoBase):
     Args:
         lr: ``η >= 0`` (a float or a one-element tensor, as ``torch.optim`` accepts).
         momentum: ``μ ∈ [0, 1)``; ``nesterov``: Nesterov form.
+        momentum_placement: ``"gradient"`` (default: momentum on ``∇W/b``, then whitened, as
+            above) or ``"update"`` (keyword; each step's gradient is whitened with the current
+            roots and the momentum averages the whitened steps). The two agree while the roots
+            stay fixed; they differ when the roots are refreshed.
         beta_cov: ``β ∈ [0, 1)`` of the covariance averages.
         damping: relative damping ``δ >= 0``.
         stat_interval, root_interval: refresh the statistics / the inverse roots every
-            this many steps (positive ints).
+            this many steps (positive ints; why 1 and 10, and what they cost: see
+            :mod:`isolab.optim.iso`, "Cost, and the defaults").
         root_method: ``"eigh"`` (exact, pseudo-inverse) or ``"newton"`` (matmul-only:
             the previous root is kept while its whitening residual
             ``‖I − P Ĉ P‖_F/√n`` is at most ``root_tol`` (default ``1e-3``), refined by
@@ -796,6 +878,16 @@ class Iso(_IsoBase):
         warmup_steps: steps that only collect statistics.
         weight_decay: decoupled weight decay ``λ >= 0``.
         stats_dtype: ``torch.float32`` or ``torch.float64`` for statistics and roots.
+        stat_rows: form each layer's statistics from at most this many of its rows per
+            backward (keyword; default ``"auto"``: ``N = max(1024, 2·max(n, m))`` for a layer
+            with ``n`` inputs and ``m`` outputs; an int: exactly that ``N``; ``None``: all rows,
+            the behaviour before this option existed): a uniform draw without replacement, the
+            same rows for ``X`` and ``G``, scaled by ``b/N`` so that the sums are unbiased
+            estimates of the full batch's (:mod:`isolab.optim.statistics`). The statistics
+            cost ``2N(n² + m²)`` instead of ``2b(n² + m²)`` multiply-adds; with ``b ≤ N``
+            the step is bitwise the one without the option. The draws are seeded by the
+            step number (a resumed run draws the same rows). The rank-aware damping counts
+            ``min(b, N)`` rows per statistics step.
         shrinkage: rank-aware damping for batches smaller than a layer's width (keyword,
             default True; :func:`effective_damping`). ``False`` restores the plain relative
             damping, which diverges at small batches with the default ``root_interval``.
@@ -838,6 +930,8 @@ class Iso(_IsoBase):
         adam_weight_decay: float = 0.0,
         *,
         shrinkage: bool = True,
+        stat_rows: int | str | None = "auto",
+        momentum_placement: str = "gradient",
         params=None,
         embeddings=None,
         head="auto",
@@ -850,6 +944,8 @@ class Iso(_IsoBase):
             lr=lr, momentum=momentum, nesterov=nesterov, beta_cov=beta_cov, damping=damping,
             stat_interval=stat_interval, root_interval=root_interval, root_method=root_method,
             root_tol=root_tol, warmup_steps=warmup_steps, weight_decay=weight_decay, shrinkage=shrinkage,
+            stat_rows=stat_rows,
+            momentum_placement=momentum_placement,
         )
         adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(
@@ -861,10 +957,17 @@ class Iso(_IsoBase):
         self._validate_common(group, gi)
         check_beta(group["momentum"], "momentum")
         check_bool(group["nesterov"], "nesterov")
+        check_choice(group.setdefault("momentum_placement", "gradient"), "momentum_placement", MOMENTUM_PLACEMENTS)
 
     def _apply_whitened(self, group, p, st, rows):
         lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
-        g = p.grad / rows
+        sd = st["root_x"].dtype
+
+        def whiten(u):
+            return updates.two_sided(u.reshape(p.shape[0], -1).to(sd), st["root_g"], st["root_x"]).reshape(p.shape)
+
+        after = group.get("momentum_placement", "gradient") == "update"
+        g = whiten(p.grad / rows).to(p.dtype) if after else p.grad / rows
         if mu > 0:
             buf = st.get("momentum_buffer")
             if buf is None:
@@ -873,8 +976,7 @@ class Iso(_IsoBase):
             u = g.lerp(buf, mu) if group["nesterov"] else buf
         else:
             u = g
-        sd = st["root_x"].dtype
-        d = updates.two_sided(u.reshape(p.shape[0], -1).to(sd), st["root_g"], st["root_x"]).reshape(p.shape)
+        d = u if after else whiten(u)
         if wd:
             p.mul_(1 - lr * wd)
         p.add_(d.to(p.dtype), alpha=-lr)
@@ -909,8 +1011,8 @@ class IsoAdam(_IsoBase):
     Args:
         lr, betas, eps, weight_decay: Adam's (decoupled weight decay); ``lr`` a float or a
             one-element tensor.
-        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps, stats_dtype, shrinkage:
-            as in :class:`Iso`.
+        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps, stats_dtype, shrinkage, stat_rows: as
+            in :class:`Iso`.
         whiten: whiten the gradient (default True); False gives plain Adam.
         sync_statistics, process_group, distribute_roots: several processes
             (``torch.distributed``), as in :class:`Iso`.
@@ -940,6 +1042,7 @@ class IsoAdam(_IsoBase):
         adam_weight_decay: float | None = None,
         *,
         shrinkage: bool = True,
+        stat_rows: int | str | None = "auto",
         params=None,
         embeddings=None,
         head="auto",
@@ -952,6 +1055,7 @@ class IsoAdam(_IsoBase):
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, beta_cov=beta_cov, damping=damping,
             stat_interval=stat_interval, root_interval=root_interval, root_method=root_method,
             root_tol=root_tol, warmup_steps=warmup_steps, whiten=whiten, shrinkage=shrinkage,
+            stat_rows=stat_rows,
         )
         # the fallback inherits IsoAdam's own hyperparameters unless adam_* are given; an
         # invalid value is reported under the name the caller used

@@ -52,11 +52,13 @@ def make_optimizer(name: str, model: torch.nn.Module, lr: float, hyper: Optional
                               "pip install pytorch-optimizer") from error
         return SOAP(model.parameters(), lr=lr, betas=h["betas"], shampoo_beta=h["shampoo_beta"], eps=h["eps"],
                     precondition_frequency=h["precondition_frequency"], weight_decay=h["weight_decay"])
-    common = dict(beta_cov=h["beta_cov"], damping=h["damping"], root_interval=h["root_interval"],
+    common = dict(beta_cov=h["beta_cov"], damping=h["damping"], stat_interval=1, stat_rows=None,
+                  root_interval=h["root_interval"],
                   root_method=h["root_method"], root_tol=h["root_tol"], weight_decay=h["weight_decay"],
                   stats_dtype=sd)
     if name == "iso":
-        return Iso(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], shrinkage=False, **common)
+        return Iso(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], shrinkage=False,
+                   momentum_placement=h["momentum_placement"], **common)
     if name == "isoadam":
         return IsoAdam(model, lr=lr, betas=h["betas"], eps=h["eps"], shrinkage=False, **common)
     raise ValueError(f"engine optimizer {name!r} has no torch.optim reference; those that do: {REFERENCED}")

@@ -15,7 +15,9 @@ Hyperparameters and their defaults are the optimizers' (:data:`DEFAULTS`):
 ``torch.optim.Adam`` (``torch.optim.AdamW`` with ``weight_decay``), ``muon``,
 ``shampoo``, ``iso``, ``isoadam`` = :mod:`isolab.optim`'s (Iso and IsoAdam with
 ``stat_interval=1`` and no warm-up; ``root_method`` ``"eigh"`` or ``"newton"``, the
-latter with the batched tracking of :mod:`isolab.book.engine.roots`); ``soap`` =
+latter with the batched tracking of :mod:`isolab.book.engine.roots`; Iso's
+``momentum_placement`` ``"gradient"`` (momentum before the whitening, the default) or
+``"update"`` (after it), as :class:`isolab.optim.Iso`); ``soap`` =
 pytorch-optimizer's ``SOAP`` (a reference baseline; :class:`SOAPRule`); ``shampoo_graft``
 = Shampoo with Adam grafting as Distributed Shampoo runs it (:class:`GraftedShampooRule`;
 :class:`isolab.optim.Shampoo` with ``graft="adam"``); ``kfac`` =
@@ -52,7 +54,8 @@ DEFAULTS: dict[str, dict] = {
     "muon": dict(momentum=0.95, nesterov=True, ns_steps=5, exact=False, weight_decay=0.0),
     "shampoo": dict(beta=1.0, damping=1e-6, root_interval=10, weight_decay=0.0),
     "iso": dict(momentum=0.95, nesterov=True, beta_cov=0.95, damping=1e-3, root_interval=10,
-                root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0),
+                root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0,
+                momentum_placement="gradient"),
     "isoadam": dict(betas=(0.9, 0.999), eps=1e-8, beta_cov=0.95, damping=1e-3, root_interval=10,
                     root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0),
     # Shampoo in the form Distributed Shampoo trains with (Shi et al. 2023): EMA factors,
@@ -318,10 +321,13 @@ class IsoRule(_WhitenedRule):
         h = self.h
         chunks = layer_chunks(W)
         root_x, root_g = self._roots(stats, t, state, chunks)
+        after = h["momentum_placement"] == "update"  # momentum on the whitened steps
         for c in chunks:
             gc = g[c] / self.batch
+            if after:
+                gc = updates.two_sided(gc, root_g[c], root_x[c])
             u = rules.momentum_(state["buf"][c], gc, h["momentum"], h["nesterov"]) if h["momentum"] > 0 else gc
-            d = updates.two_sided(u, root_g[c], root_x[c])  # P_G u P_X in torch's layout, as Iso
+            d = u if after else updates.two_sided(u, root_g[c], root_x[c])  # P_G u P_X in torch's layout, as Iso
             rules.decoupled_weight_decay_(W[c], lr, h["weight_decay"])
             rules.descend_(W[c], d, lr)
 
@@ -536,6 +542,8 @@ def _validate(name: str, h: dict) -> None:
     for k in ("root_interval", "ns_steps", "precondition_frequency"):
         if k in h and (isinstance(h[k], bool) or not isinstance(h[k], int) or h[k] < 1):
             raise ValueError(f"{name}: {k} must be a positive int, got {h[k]!r}")
+    if "momentum_placement" in h and h["momentum_placement"] not in ("gradient", "update"):
+        raise ValueError(f"{name}: momentum_placement must be 'gradient' or 'update', got {h['momentum_placement']!r}")
     if "root_method" in h and h["root_method"] not in ("eigh", "newton"):
         raise ValueError(f"{name}: root_method must be 'eigh' or 'newton', got {h['root_method']!r}")
     if "root_fallback" in h and h["root_fallback"] not in ("auto", "eigh", "newton"):

@@ -12,12 +12,23 @@ the one every Part III experiment follows:
 2. **Not at an edge.** If the chosen learning rate is the smallest or the largest of its
    grid, the optimum may lie outside it: the grid is shifted by half its width in that
    direction and the tuning rerun (at most ``max_shifts`` times; every rerun costs the
-   same budget again, and is recorded).
+   same budget again, and is recorded). If every trial diverged, the grid moves below
+   itself (one shift).
 3. **Tuning seeds, then held-out seeds.** The setting is chosen by the median score over
    ``tuning_seeds`` and then evaluated on ``heldout_seeds`` that played no part in the
    choice (:func:`evaluate`); the result is a median with a bootstrap interval over seeds
    (:func:`bootstrap_interval`).
-4. **Everything explicit.** A :class:`Tuned` setting carries every hyperparameter by name
+4. **Successive halving** (optional, ``halving=eta``): every trial first runs a fraction
+   ``1/eta^(rungs-1)`` of the steps on the tuning seeds; the best ``1/eta`` of them (median
+   score over the tuning seeds at that length) run ``eta`` times longer, and so on until
+   the survivors run all ``steps``; the best of those is chosen. Every optimizer gets the
+   same rungs, so the budget stays equal; a rung restarts its trials from step 0 (runs
+   are cheap to redo and exactly the same as a run of that length). A promoted trial
+   that diverges at the longer length is replaced by the next best of the previous rung
+   (back-fill: a learning rate stable for a short run only must not end the search; the
+   extra runs are recorded). ``Tuned.rungs`` records every rung: its length, its trials
+   and scores, how many were back-filled, and which of them went on.
+5. **Everything explicit.** A :class:`Tuned` setting carries every hyperparameter by name
    (the defaults filled in), so a later change of a library default cannot move a saved
    result.
 
@@ -40,7 +51,7 @@ from ..results import Sweep
 from .core import sweep
 from .rules_lanes import resolve_hyper
 
-__all__ = ["Trial", "Tuned", "trial_grid", "scores", "tune", "evaluate", "bootstrap_interval"]
+__all__ = ["Trial", "Tuned", "trial_grid", "rung_steps", "scores", "tune", "evaluate", "bootstrap_interval"]
 
 METRICS = ("final_loss", "iterations")
 
@@ -75,6 +86,8 @@ class Tuned:
     interior: bool
     shifts: int = 0
     trials: list = field(default_factory=list)
+    halving: Optional[int] = None
+    rungs: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """JSON-ready (for a results file's metadata)."""
@@ -84,6 +97,10 @@ class Tuned:
             "budget": self.budget, "lr_range": list(self.lr_range), "interior": self.interior,
             "shifts": self.shifts,
             "trials": [{"hyper": _jsonable(h), "lr": lr, "score": s} for h, lr, s in self.trials],
+            "halving": self.halving,
+            "rungs": [{"steps": r["steps"], "kept": r["kept"], "backfilled": r.get("backfilled", 0),
+                       "trials": [{"hyper": _jsonable(h), "lr": lr, "score": s} for h, lr, s in r["trials"]]}
+                      for r in self.rungs],
         }
 
 
@@ -91,9 +108,11 @@ def _jsonable(h: dict) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in h.items()}
 
 
-def trial_grid(knobs: Mapping[str, Sequence], budget: int, lr_range: tuple[float, float]) -> list[Trial]:
+def trial_grid(knobs, budget: int, lr_range: tuple[float, float]) -> list[Trial]:
     """The ``budget`` trials of one optimizer: every combination of ``knobs`` (name ->
     values) times ``budget // combinations`` learning rates log-spaced over ``lr_range``.
+    ``knobs`` may also be a list of the combinations themselves (dicts), for knobs that
+    go together (SGD's ``nesterov=True`` only with ``momentum > 0``, Adam's ``betas``).
 
     Raises ``ValueError`` if that leaves fewer than 3 learning rates per combination (an
     optimum cannot be bracketed by 2 points).
@@ -103,17 +122,28 @@ def trial_grid(knobs: Mapping[str, Sequence], budget: int, lr_range: tuple[float
     lo, hi = lr_range
     if not (0 < lo < hi and math.isfinite(hi)):
         raise ValueError(f"lr_range must be (low, high) with 0 < low < high, got {lr_range!r}")
-    names = list(knobs)
-    for name in names:
-        if len(knobs[name]) == 0:
-            raise ValueError(f"knob {name!r} has no values")
-    combos = [dict(zip(names, values)) for values in itertools.product(*(knobs[n] for n in names))]
+    combos = _combinations(knobs)
     per_combo = budget // len(combos)
     if per_combo < 3:
         raise ValueError(f"a budget of {budget} trials over {len(combos)} knob combinations leaves {per_combo} "
                          "learning rates each; give fewer knob values or a larger budget")
     lrs = np.logspace(np.log10(lo), np.log10(hi), per_combo)
     return [Trial(combo, float(lr)) for combo in combos for lr in lrs]
+
+
+def _combinations(knobs) -> list[dict]:
+    if isinstance(knobs, Mapping):
+        names = list(knobs)
+        for name in names:
+            if len(knobs[name]) == 0:
+                raise ValueError(f"knob {name!r} has no values")
+        return [dict(zip(names, values)) for values in itertools.product(*(knobs[n] for n in names))]
+    combos = [dict(c) for c in knobs]
+    if not combos or not all(isinstance(c, Mapping) for c in knobs):
+        raise ValueError(f"knobs must be a mapping name -> values or a non-empty list of dicts, got {knobs!r}")
+    if len({tuple(sorted(c)) for c in combos}) != 1:
+        raise ValueError(f"every knob combination must name the same hyperparameters, got {knobs!r}")
+    return combos
 
 
 def _last_finite(x: np.ndarray) -> float:
@@ -150,43 +180,94 @@ def _run(problem, optimizer, hyper, lrs, steps, seeds, metric, threshold, sweep_
     return scores(s, metric)
 
 
+def rung_steps(steps: int, halving: Optional[int], rungs: int) -> list[int]:
+    """The lengths of the rungs of successive halving: ``steps / halving^(rungs-1)``, ...,
+    ``steps`` (rounded up, at least 1 step; repeated lengths merged); ``[steps]`` without
+    halving."""
+    if halving is None:
+        return [int(steps)]
+    out = []
+    for r in range(rungs - 1, -1, -1):
+        length = max(1, math.ceil(steps / halving ** r))
+        if not out or length > out[-1]:
+            out.append(length)
+    return out
+
+
 def tune(problem, optimizer: str, steps: int, *, budget: int, lr_range: tuple[float, float],
          knobs: Optional[Mapping[str, Sequence]] = None, fixed: Optional[dict] = None,
          tuning_seeds: Sequence[int] = (0, 1), metric: str = "final_loss", threshold: Optional[float] = None,
-         max_shifts: int = 2, dtype: torch.dtype = torch.float32, num_threads: Optional[int] = 1) -> Tuned:
+         max_shifts: int = 2, halving: Optional[int] = None, rungs: int = 3,
+         dtype: torch.dtype = torch.float32, num_threads: Optional[int] = 1) -> Tuned:
     """Tune ``optimizer`` on ``problem`` with ``budget`` trials (module docstring).
 
     ``knobs``: hyperparameters to search besides the lr (name -> values); ``fixed``:
     hyperparameters held at a stated value (both are checked against the optimizer's
     known hyperparameters). Every knob combination runs as one batched sweep over its
     learning rates and the tuning seeds. ``threshold`` (relative to the initial loss) is
-    required for ``metric="iterations"``.
+    required for ``metric="iterations"``. ``halving``: ``None`` (every trial runs all
+    ``steps``) or the factor ``eta >= 2`` of successive halving over ``rungs >= 2`` rungs
+    (module docstring, item 4).
     """
     if metric == "iterations" and threshold is None:
         raise ValueError("metric='iterations' needs a threshold (a fraction of the initial loss)")
     if isinstance(max_shifts, bool) or not isinstance(max_shifts, int) or max_shifts < 0:
         raise ValueError(f"max_shifts must be an int >= 0, got {max_shifts!r}")
-    knobs, fixed = dict(knobs or {}), dict(fixed or {})
-    overlap = set(knobs) & set(fixed)
+    if halving is not None and (isinstance(halving, bool) or not isinstance(halving, int) or halving < 2):
+        raise ValueError(f"halving must be None or an int >= 2, got {halving!r}")
+    if isinstance(rungs, bool) or not isinstance(rungs, int) or rungs < 2:
+        raise ValueError(f"rungs must be an int >= 2, got {rungs!r}")
+    fixed = dict(fixed or {})
+    combos = _combinations(knobs or {})
+    overlap = set(combos[0]) & set(fixed)
     if overlap:
         raise ValueError(f"{sorted(overlap)} are both tuned (knobs) and fixed")
-    resolve_hyper(optimizer, {**fixed, **{k: v[0] for k, v in knobs.items() if len(v)}})  # names checked early
+    for combo in combos:  # names and values checked before any training
+        resolve_hyper(optimizer, {**fixed, **combo})
     sweep_kw = dict(dtype=dtype, num_threads=num_threads)
     lo, hi = map(float, lr_range)
-    shifts, history = 0, []
+    shifts, history, rung_log = 0, [], []
+    lengths = rung_steps(steps, halving, rungs)
     while True:
-        trials = trial_grid(knobs, budget, (lo, hi))
+        trials = trial_grid(combos, budget, (lo, hi))
         grid = sorted({t.lr for t in trials})
-        best = None
-        for combo in _unique_combos(trials):
-            hyper = {**fixed, **combo}
-            sc = _median(_run(problem, optimizer, hyper, grid, steps, tuning_seeds, metric, threshold, sweep_kw), axis=0)
-            for lr, value in zip(grid, sc):
-                history.append((resolve_hyper(optimizer, hyper), lr, float(value)))
-                if best is None or value < best[2]:
-                    best = (hyper, lr, float(value))
+        cand = [({**fixed, **t.hyper}, t.lr) for t in trials]
+        alive = list(range(len(cand)))  # indices of the trials promoted to this rung
+        queue: list[int] = []  # the previous rung's finite trials not promoted, best first: the back-fill
+        latest: dict[int, float] = {}  # each trial's score at the longest rung it ran
+        for r, length in enumerate(lengths):
+            last = r == len(lengths) - 1
+            ran, sc_r, todo = [], {}, list(alive)
+            while todo:
+                for combo in _unique_combos([Trial(*cand[i]) for i in todo]):
+                    idx = [i for i in todo if cand[i][0] == combo]
+                    sc = _median(_run(problem, optimizer, combo, [cand[i][1] for i in idx], length, tuning_seeds,
+                                      metric, threshold, sweep_kw), axis=0)
+                    sc_r.update({i: float(v) for i, v in zip(idx, sc)})
+                ran += todo
+                # a promoted trial that diverges at this length is replaced by the next best of the
+                # previous rung (so that a rate stable for a short run only does not end the search)
+                missing = len(alive) - sum(math.isfinite(sc_r[i]) for i in ran)
+                todo, queue = queue[:max(missing, 0)], queue[max(missing, 0):]
+            latest.update({i: sc_r[i] for i in ran})
+            order = sorted(ran, key=lambda i: (sc_r[i], ran.index(i)))  # stable: ties keep the trial order
+            keep = len(ran) if last else max(1, math.ceil(len(alive) / halving))
+            promoted = sorted(order[:keep], key=ran.index)
+            rung_log.append({"steps": int(length), "kept": [ran.index(i) for i in promoted],
+                             "backfilled": len(ran) - len(alive),
+                             "trials": [(resolve_hyper(optimizer, cand[i][0]), cand[i][1], sc_r[i]) for i in ran]})
+            queue = [i for i in order[keep:] if math.isfinite(sc_r[i])]
+            alive = promoted
+        # every trial once, with its score at the last rung it reached
+        history += [(resolve_hyper(optimizer, cand[i][0]), cand[i][1], latest[i]) for i in sorted(latest)]
+        scored = [(cand[i][0], cand[i][1], sc_r[i]) for i in ran]
+        best = min(scored, key=lambda x: x[2]) if scored else None
         if best is None or not math.isfinite(best[2]):
-            raise RuntimeError(f"{optimizer}: every trial over lr {lo:.3g}..{hi:.3g} diverged; widen lr_range")
+            if shifts == max_shifts:
+                raise RuntimeError(f"{optimizer}: every trial over lr {lo:.3g}..{hi:.3g} diverged; widen lr_range")
+            factor = lo / hi  # every trial diverged: the whole grid moves below itself (one shift, recorded)
+            lo, hi, shifts = lo * factor, hi * factor, shifts + 1
+            continue
         at_low, at_high = best[1] == grid[0], best[1] == grid[-1]
         if not (at_low or at_high) or shifts == max_shifts:
             break
@@ -195,7 +276,8 @@ def tune(problem, optimizer: str, steps: int, *, budget: int, lr_range: tuple[fl
         lo, hi, shifts = lo * factor, hi * factor, shifts + 1
     hyper, lr, score = best
     return Tuned(optimizer, resolve_hyper(optimizer, hyper), float(lr), score, metric, int(steps),
-                 tuple(int(s) for s in tuning_seeds), budget, (lo, hi), not (at_low or at_high), shifts, history)
+                 tuple(int(s) for s in tuning_seeds), budget, (lo, hi), not (at_low or at_high), shifts, history,
+                 halving, rung_log)
 
 
 def _unique_combos(trials: list[Trial]) -> list[dict]:

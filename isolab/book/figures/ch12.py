@@ -1,5 +1,9 @@
 r"""Figures of Chapter 12 (two-sided preconditioners).
 
+- :func:`hero`: the chapter's opening figure: over the exponent ``p``, how far a random
+  change of coordinates can move the step size and the predicted loss decrease.
+- :func:`cost`: each optimizer's extra flops per step against the layer's forward and
+  backward pass, for named layers, beside measured step times.
 - :func:`family_ratios`: what random changes of coordinates ``X -> XA``, ``G -> GB`` do
   to the step size and to the predicted loss decrease of every member of the exponent
   family ``U_p = Cov(X)^-p grad Cov(G)^-p`` (the computation the figure and its caption's
@@ -27,28 +31,33 @@ from isolab.book.explorable import Explorable, Promise, Slider, always
 from isolab.book.figures import style
 from isolab.book.plotting import log_ticks
 from isolab.book.seeding import generator
-from isolab.book.tensor_iso import power_update
+from isolab.book.features import covariance_sqrt
+from isolab.book.tensor_iso import power_update, random_transform
 
-__all__ = ["EXPONENTS", "KAPPAS", "NAMES", "family_ratios", "exponent_family", "family_training", "EXPLORABLES"]
+__all__ = ["EXPONENTS", "HERO_EXPONENTS", "KAPPAS", "NAMES", "chapter_batch", "family_ratios", "hero", "cost",
+           "exponent_family",
+           "family_training", "EXPLORABLES"]
 
 EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: Condition numbers of the transforms: 1 to 1000, about three per decade.
 KAPPAS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+#: The hero's exponents: 0 to 1 in steps of 0.05.
+HERO_EXPONENTS = tuple(round(0.05 * i, 2) for i in range(21))
 NAMES = {0.0: "SGD", 0.25: "≈ Shampoo", 0.5: "Iso", 0.75: "", 1.0: "K-FAC"}
 _OPTIMIZER = {0.0: "SGD", 0.25: "Shampoo", 0.5: "Iso", 1.0: "K-FAC"}
 
 
-def family_ratios(X, G, transform, kappa, draws=40):
+def family_ratios(X, G, transform, kappa, draws=40, exponents=EXPONENTS):
     """log10 of the step-size ratio ``‖U_p(XA, GB)‖/‖U_p(X, G)‖`` and of the loss-decrease
-    ratio ``⟨∇', U_p'⟩/⟨∇, U_p⟩`` for every exponent, over ``draws`` shared transforms
-    ``A, B = transform(n, kappa, gen, (draws,))`` (seeded: the same draws every call)."""
+    ratio ``⟨∇', U_p'⟩/⟨∇, U_p⟩`` for every exponent in ``exponents``, over ``draws`` shared
+    transforms ``A, B = transform(n, kappa, gen, (draws,))`` (seeded: the same draws every call)."""
     n, m = X.shape[-1], G.shape[-1]
     gen = generator(11)
     A = transform(n, kappa, gen, (draws,))
     B = transform(m, kappa, gen, (draws,))
     g0, g1 = updates.weight_gradient(X, G), updates.weight_gradient(X @ A, G @ B)
     out = {}
-    for p in EXPONENTS:
+    for p in exponents:
         U0, U1 = power_update(X, G, p), power_update(X @ A, G @ B, p)
         size = torch.linalg.matrix_norm(U1) / U0.norm()
         effect = (g1 * U1).sum((-2, -1)) / (g0 * U0).sum()
@@ -56,13 +65,91 @@ def family_ratios(X, G, transform, kappa, draws=40):
     return out
 
 
+def hero(X=None, G=None, transform=random_transform, kappa=100, draws=40) -> Figure:
+    """The largest ``|log10|`` of the step-size ratio (solid) and of the loss-decrease ratio
+    (dashed) over ``draws`` random coordinate changes of condition number ``kappa``, against
+    the exponent ``p``; the exponents that are an optimizer marked in its colour (``X``, ``G``
+    default to :func:`chapter_batch`)."""
+    if X is None or G is None:
+        X, G = chapter_batch()
+    data = family_ratios(X, G, transform, kappa, draws, HERO_EXPONENTS)
+    ps = np.array(HERO_EXPONENTS)
+    size = np.array([data[p][0].abs().max().item() for p in HERO_EXPONENTS])
+    effect = np.array([data[p][1].abs().max().item() for p in HERO_EXPONENTS])
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.6))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86)
+    ax = fig.subplots()
+    ax.plot(ps, size, "-", color=style.ROLES["ink"], lw=2, label="step size ‖U‖")
+    ax.plot(ps, effect, "--", color=style.ROLES["bound"], lw=2, label="predicted loss decrease ⟨∇, U⟩")
+    for p, name in _OPTIMIZER.items():
+        i = HERO_EXPONENTS.index(p)
+        spec = style.look(name)
+        for values in (size, effect):
+            ax.plot([p], [values[i]], marker=spec.marker, ms=9, color=spec.color, ls="none", zorder=3)
+        ax.annotate(NAMES[p].replace("≈ ", ""), (p, max(size[i], effect[i])), xytext=(0, 8),
+                    textcoords="offset points", ha="center", color=spec.color, fontsize=11)
+    ax.set(xlim=(-0.04, 1.04), ylim=(-0.1, 1.25 * max(size.max(), effect.max())), xticks=[0, 0.25, 0.5, 0.75, 1],
+           xlabel="exponent p in Cov(X)^-p ∇ Cov(G)^-p",
+           ylabel=f"max |log10 ratio|, {draws} draws",
+           title=f"Coordinate changes of κ = {kappa}: p = 1/2 keeps the step size, p = 1 keeps its effect")
+    ax.legend(loc="upper center", frameon=False, fontsize=10, ncol=2)
+    return fig
+
+
+def cost(percent: dict, measured: dict | None = None, title: str | None = None) -> Figure:
+    """Horizontal bars, one group per optimizer: its extra flops per step in percent of the
+    layer's forward and backward pass (``percent``: layer label -> {method: percent}), on a
+    log axis; ``measured`` (method -> percent over Adam's step time) drawn as diamonds on
+    the method's group."""
+    layers = list(percent)
+    if not layers:
+        raise ValueError("cost needs at least one layer in percent, got none")
+    methods = [m for m in percent[layers[0]]]
+    colours = style.sequence(len(layers))
+    fig = Figure(figsize=(style.FIG_WIDTH, 4.8))
+    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.12, top=0.76 if title else 0.8)
+    ax = fig.subplots()
+    height = 0.8 / len(layers)
+    for j, layer in enumerate(layers):
+        rows = np.arange(len(methods)) + (j - (len(layers) - 1) / 2) * height
+        ax.barh(rows, [percent[layer][m] for m in methods], height=height, color=colours[j], label=layer)
+    if measured:
+        shown = [m for m in measured if m in methods]
+        ax.plot([measured[m] for m in shown], [methods.index(m) for m in shown], "D", ms=11, ls="none", zorder=3,
+                color=style.ROLES["highlight"], markeredgecolor=style.ROLES["background"], markeredgewidth=1.5,
+                label="NanoGPT speedrun: measured step time over Adam's")
+    ax.set_xscale("log")
+    ax.axvline(100, color=style.ROLES["bound"], lw=1, ls=":")
+    ax.set(yticks=np.arange(len(methods)), yticklabels=methods, ylim=(len(methods) - 0.5, -0.5),
+           xlabel="extra work per step, % of the layer's forward + backward (log)")
+    if title:
+        ax.set_title(title)
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=2, frameon=False, fontsize=10)
+    return fig
+
+
+def chapter_batch(seed: int = 1, b: int = 256, n: int = 16, m: int = 8):
+    """The chapter's batch (section 12.1): anisotropic inputs (κ = 30) and output gradients
+    with a signal, in float64."""
+    gen = generator(seed)
+    X = torch.randn(b, n, generator=gen, dtype=torch.float64) @ covariance_sqrt(n, 30.0)
+    G = 0.5 * X @ torch.randn(n, m, generator=gen, dtype=torch.float64) / n ** 0.5 \
+        + torch.randn(b, m, generator=gen, dtype=torch.float64)
+    return X, G
+
+
 def _colour(p):
     return style.color(_OPTIMIZER[p]) if p in _OPTIMIZER else style.ROLES["highlight"]
 
 
-def exponent_family(X, G, transform) -> Explorable:
-    """The exponent family on the batch ``X, G`` under random coordinate changes drawn by
-    ``transform(n, kappa, gen, batch)`` (invertible, condition number ``kappa``)."""
+def exponent_family(X=None, G=None, transform=random_transform) -> Explorable:
+    """The exponent family on the batch ``X, G`` (default: :func:`chapter_batch`) under random
+    coordinate changes drawn by ``transform(n, kappa, gen, batch)`` (invertible, condition
+    number ``kappa``)."""
+    if (X is None) != (G is None):
+        raise ValueError("pass both X and G, or neither (the chapter's batch)")
+    if X is None:
+        X, G = chapter_batch()
     ratios = functools.lru_cache(maxsize=None)(lambda kappa: family_ratios(X, G, transform, kappa))
     muted = style.ROLES["muted"]
 
@@ -152,4 +239,4 @@ def family_training(curves: dict, intervals: dict) -> Figure:
     return fig
 
 
-EXPLORABLES = ()  # the builder needs the chapter's batch and its random transforms
+EXPLORABLES = (exponent_family,)

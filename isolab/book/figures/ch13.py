@@ -17,12 +17,17 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from isolab.book import scaling
-from isolab.book.explorable import Explorable, Slider
+from isolab.book.explorable import Explorable, Promise, Slider, always, constant, nonincreasing
 from isolab.book.figures import style
 
-__all__ = ["NEWTON_ITERATIONS", "PARTS", "bill", "staleness_figure", "cost_bill", "EXPLORABLES"]
+__all__ = ["NEWTON_ITERATIONS", "LAYERS", "WIDTH", "WORLDS", "PARTS", "bill", "hero", "staleness_figure", "subsample_figure", "cost_bill", "EXPLORABLES"]
 
 NEWTON_ITERATIONS = 15
+#: The explorable's and the hero's model: a stack of LAYERS square layers of width WIDTH
+#: (a GPT-2-small depth at a Llama-class width), over WORLDS processes.
+LAYERS = 12
+WIDTH = 4096
+WORLDS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
 
 
 def _parts() -> dict:
@@ -35,107 +40,199 @@ def _parts() -> dict:
 PARTS = _parts()
 
 
-def bill(n: int, b: int, k: int) -> dict:
-    """Flops per step over the forward+backward of one ``n x n`` layer with ``b`` rows,
-    part by part, for Adam, Muon, and Iso with ``eigh`` or Newton roots refreshed every ``k``."""
-    eigh = scaling.iso_step_flops(n, n, b, k, k)
-    newton = scaling.iso_step_flops(n, n, b, k, k, root_method="newton", newton_iterations=NEWTON_ITERATIONS)
-    fb = eigh["forward_backward"]
-
-    def parts(r):
-        return {"forward + backward": 1.0, "statistics": r["statistics"] / fb,
-                "roots": r["roots"] / fb, "apply roots": r["apply"] / fb}
-
-    return {"Adam": {"forward + backward": 1.0},
-            "Muon": {"forward + backward": 1.0, "Newton-Schulz": scaling.muon_flops(n, n) / fb},
-            "Iso, eigh": parts(eigh),
-            f"Iso, Newton ({NEWTON_ITERATIONS} it.)": parts(newton)}
+def bill(n: int, b: int, k: int, world: int = 1, *, time_weighted: bool = False) -> dict:
+    """One process's cost per step, part by part, over the forward+backward, for a stack of
+    :data:`LAYERS` square ``n x n`` layers with ``b`` rows per process (``scaling.model_step``):
+    Adam, Muon, and Iso with ``eigh`` or Newton roots refreshed every ``k``; roots and
+    Newton–Schulz spread over ``world`` ranks; flops, or (``time_weighted``) H100 time."""
+    return scaling.model_step(n, b, k, world, layers=LAYERS, time_weighted=time_weighted,
+                              newton_iterations=NEWTON_ITERATIONS)
 
 
-def staleness_figure(runs: dict, adam: dict) -> Figure:
-    """IsoAdam's held-out loss and training time (relative to Adam) against the refresh
-    interval ``k``; ``runs`` maps ``(statistics interval, roots interval)`` to ``scaling.train_mlp``
-    results."""
+def _bars(ax, rows: dict, *, labels: bool = True) -> float:
+    """Stacked horizontal bars, one per optimizer, in one ``barh`` call (fast redraws)."""
+    names = list(rows)[::-1]
+    ys, widths, lefts, colours = [], [], [], []
+    totals = np.zeros(len(names))
+    for part, colour in PARTS.items():
+        for y, name in enumerate(names):
+            w = rows[name].get(part, 0.0)
+            if w > 0:
+                ys.append(y), widths.append(w), lefts.append(totals[y]), colours.append(colour)
+                totals[y] += w
+    from matplotlib.collections import PolyCollection   # one artist for every segment: fast redraws
+
+    boxes = [[(x0, y - 0.3), (x0 + w, y - 0.3), (x0 + w, y + 0.3), (x0, y + 0.3)]
+             for x0, w, y in zip(lefts, widths, ys)]
+    ax.add_collection(PolyCollection(boxes, facecolors=colours, linewidths=0))
+    for y, total in enumerate(totals):
+        ax.text(total, y, f" {total:.2f}x", va="center", fontsize=10)
+    ax.set_xlim(0, totals.max() * 1.3)
+    ax.set_ylim(-0.5, len(names) - 0.5)
+    if labels:
+        ax.set_yticks(range(len(names)), names)
+    else:
+        ax.set_yticks(range(len(names)), [""] * len(names))
+    ax.locator_params(axis="x", nbins=4)
+    return float(totals.max())
+
+
+def _legend_handles():
+    from matplotlib.patches import Patch
+
+    return [Patch(color=colour, label=part) for part, colour in PARTS.items()]
+
+
+def hero(n: int = 4096, b: int = 16384, k: int = 10, world: int = 8) -> Figure:
+    """The chapter's thesis in one picture: the same step counted in flops and weighted by
+    the precision each part runs in on an H100 (float32 statistics, roots and their
+    application; bfloat16 forward, backward and Newton–Schulz)."""
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.6))
+    axes = fig.subplots(1, 2)
+    for ax, weighted, title in [(axes[0], False, "counted in flops"),
+                                (axes[1], True, "weighted by precision (H100)")]:
+        _bars(ax, bill(n, b, k, world, time_weighted=weighted), labels=not weighted)
+        ax.set(title=title, xlabel="per step / forward+backward")
+    fig.suptitle(f"{LAYERS} layers {n}x{n}, {b} rows per process, refresh every {k}, {world} processes",
+                 fontsize=11)
+    fig.legend(handles=_legend_handles(), loc="lower center", ncol=5, handlelength=1.2,
+               columnspacing=1.0, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def _interval(values) -> tuple[float, float, float]:
+    from isolab.book.engine.tuning import bootstrap_interval
+
+    return bootstrap_interval(np.asarray(values, dtype=np.float64))
+
+
+def staleness_figure(saved) -> Figure:
+    """IsoAdam's held-out loss against the refresh interval ``k`` (medians over the held-out
+    seeds with 90% bootstrap intervals; each lane at its tuned learning rate), tuned Adam's
+    band behind it, and the training time relative to Adam's; ``saved`` is
+    ``results/ch13_staleness.npz`` (``scripts/ch13_staleness.py``)."""
+    lanes, loss, secs = list(saved["lanes"]), saved["heldout_loss"], saved["seconds"]
+    row = {lane: i for i, lane in enumerate(lanes)}
     fig = Figure(figsize=(style.FIG_WIDTH, 3.6))
     ax_loss, ax_time = fig.subplots(1, 2)
-    schedules = [("statistics and roots every k (lean)", [(k, k) for k in (1, 3, 10, 30, 100)], "o-"),
-                 ("statistics every step, roots every k", [(1, 1), (1, 10), (1, 100)], "s--")]
-    for label, keys, fmt in schedules:              # both are IsoAdam: its colour, two line styles
-        ks = [key[1] for key in keys]
-        ax_loss.plot(ks, [runs[key]["eval_loss"] for key in keys], fmt, color=style.color("IsoAdam"), label=label)
-        ax_time.plot(ks, [runs[key]["seconds"] / adam["seconds"] for key in keys], fmt, color=style.color("IsoAdam"),
-                     label=label)
-    ax_loss.axhline(adam["eval_loss"], **style.line("Adam", markers=False))
+    families = [("statistics and roots every k (lean)", [(k, k) for k in (1, 3, 10, 30, 100)], "o-"),
+                ("statistics every step, roots every k", [(1, 1), (1, 10), (1, 100)], "s--")]
+    adam = _interval(loss[row["adam"]])
+    for ax in (ax_loss,):
+        ax.axhspan(adam[1], adam[2], color=style.color("Adam"), alpha=0.15, lw=0)
+        ax.axhline(adam[0], **{**style.line("Adam", markers=False), "label": "tuned Adam (band: 90% interval)"})
+    for label, keys, fmt in families:              # both are IsoAdam: its colour, two line styles
+        ks = np.array([key[1] for key in keys], dtype=float) * (1.0 if fmt == "o-" else 1.12)
+        stats = np.array([_interval(loss[row[f"isoadam_{a}_{b}"]]) for a, b in keys])
+        ax_loss.errorbar(ks, stats[:, 0], yerr=[stats[:, 0] - stats[:, 1], stats[:, 2] - stats[:, 0]], fmt=fmt,
+                         color=style.color("IsoAdam"), capsize=3, label=label)
+        ratio = np.array([np.median(secs[row[f"isoadam_{a}_{b}"]] / secs[row["adam"]]) for a, b in keys])
+        ax_time.plot(ks, ratio, fmt, color=style.color("IsoAdam"), label=label)
     ax_time.axhline(1.0, **style.line("Adam", markers=False))
+    n_seeds = loss.shape[1]
     ax_loss.set(xscale="log", xlabel="refresh interval k (steps)", ylabel="held-out loss after 300 steps",
-                title="what staleness costs")
+                title=f"what staleness costs ({n_seeds} seeds, 90% intervals)")
     ax_time.set(xscale="log", xlabel="refresh interval k (steps)", ylabel="training time / Adam's (this CPU)",
-                title="what it saves")
-    ax_loss.legend()
+                title="what it saves (median over seeds)")
+    ax_loss.legend(loc="upper left", fontsize=10)
+    ax_loss.set_ylim(top=adam[2] + 0.6 * (adam[2] - ax_loss.get_ylim()[0]))
     fig.tight_layout()
     return fig
 
 
+def subsample_figure(saved) -> Figure:
+    """Held-out loss against the rows used for the statistics (medians and 90% intervals over
+    the held-out seeds), and the step time of a wider network against those rows, from
+    ``results/ch13_subsample.npz`` (``scripts/ch13_subsample.py``)."""
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.4))
+    ax_loss, ax_time = fig.subplots(1, 2)
+    rows = saved["rows"]
+    stats = np.array([_interval(v) for v in saved["heldout_loss"]])
+    ax_loss.errorbar(rows, stats[:, 0], yerr=[stats[:, 0] - stats[:, 1], stats[:, 2] - stats[:, 0]], fmt="o-",
+                     color=style.color("IsoAdam"), capsize=3)
+    ax_loss.set(xscale="log", xlabel=f"rows in the statistics (of {rows.max()})", ylabel="held-out loss after 300 steps",
+                title="what fewer rows cost")
+    configs, secs = list(saved["timing_configs"]), saved["step_seconds"]
+    adam = np.median(secs[configs.index("adam")])
+    iso = [c for c in configs if c != "adam"]
+    n_rows = np.array([int(c.split("_")[1]) for c in iso])
+    med = np.array([np.median(secs[configs.index(c)]) for c in iso]) / adam
+    lo = np.array([np.quantile(secs[configs.index(c)], 0.25) for c in iso]) / adam
+    hi = np.array([np.quantile(secs[configs.index(c)], 0.75) for c in iso]) / adam
+    ax_time.errorbar(n_rows, med, yerr=[med - lo, hi - med], fmt="o-", color=style.color("IsoAdam"), capsize=3)
+    ax_time.axhline(1.0, **style.line("Adam", markers=False))
+    ax_time.set(xscale="log", ylim=(0, None), xlabel=f"rows in the statistics (of {n_rows.max()})",
+                ylabel="step time / Adam's (this CPU)", title="what they save (quartiles)")
+    fig.tight_layout()
+    return fig
+
+
+#: The caption's promise about the W slider (tested over the whole grid).
+PROMISE_RANKS = "the roots and Newton-Schulz per process shrink as W grows, the statistics stay put"
+
+
+def _spread_parts(n, b, k, world, weighted):
+    rows = bill(n, b, k, world, time_weighted=weighted)
+    return rows["Iso, eigh"]["roots"], rows["Muon"]["Newton-Schulz"], rows["Iso, eigh"]["statistics"]
+
+
 def cost_bill(measured_statistics: dict | None = None) -> Explorable:
-    """The cost model of one square layer as an explorable; ``measured_statistics`` maps
-    ``(n, b)`` to the statistics/forward+backward time ratio measured on this CPU (printed
-    under the bars where there is one)."""
+    """The cost model of a stack of :data:`LAYERS` square layers of width :data:`WIDTH` as an
+    explorable: one process's cost per step, counted in flops and weighted by precision on
+    an H100, and (a line of text) what it sends, over the number of processes ``W`` (main), the rows per
+    process and the refresh interval. ``measured_statistics`` maps ``(n, b)`` to the
+    statistics/forward+backward time ratio measured on this CPU (printed where there is one)."""
     measured = measured_statistics or {}
     note_colour = style.ROLES["bound"]
+    n = WIDTH
 
-    def draw_bill(fig, n, b, k, world):
-        fig.subplots_adjust(left=0.19, right=0.98, bottom=0.35, top=0.9, wspace=0.35)
-        ax, ax_comm = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.6, 1]})
-        rows = bill(n, b, k)
-        names = list(rows)[::-1]
-        left = np.zeros(len(names))
-        for part, colour in PARTS.items():           # one call per part: all rows' segments of that part
-            widths = np.array([rows[name].get(part, 0.0) for name in names])
-            ax.barh(range(len(names)), widths, left=left, color=colour, height=0.6, label=part)
-            left += widths
-        for y, total in enumerate(left):
-            ax.text(total, y, f" {total:.2f}x", va="center", fontsize=10)
-        total_max = max(sum(r.values()) for r in rows.values())
-        ax.set(xlim=(0, total_max * 1.2), yticks=range(len(names)), yticklabels=names,
-               xlabel="flops per step / forward+backward of the layer",
-               title=f"one {n}x{n} layer, b = {b}, refresh every {k}")
-        ax.locator_params(axis="x", nbins=5)
-        fig.legend(*ax.get_legend_handles_labels(), loc="lower left", bbox_to_anchor=(0.0, 0.08), ncol=5,
+    def draw_bill(fig, world, b, k):
+        fig.subplots_adjust(left=0.19, right=0.97, bottom=0.36, top=0.86, wspace=0.12)
+        ax_f, ax_t = fig.subplots(1, 2)
+        _bars(ax_f, bill(n, b, k, world))
+        _bars(ax_t, bill(n, b, k, world, time_weighted=True), labels=False)
+        ax_f.set(xlabel="flops / fwd+bwd", title="counted in flops")
+        ax_t.set(xlabel="time / fwd+bwd", title="H100 time (peak rates)")
+        fig.suptitle(f"one process, {LAYERS} layers {n}x{n}, b = {b} rows, refresh every {k}, W = {world}",
+                     fontsize=11)
+        fig.legend(handles=_legend_handles(), loc="lower left", bbox_to_anchor=(0.0, 0.1), ncol=5,
                    handlelength=1.2, columnspacing=1.2)
-        upper = scaling.layer_flops(n, n, b, gram_block=scaling.GRAM_BLOCK)
-        note = (f"measured on this CPU (13.2): statistics {measured[n, b]:.2f}x fwd+bwd; counted "
-                f"{upper['statistics'] / upper['forward_backward']:.2f} (the CPU's upper-triangle blocks), 0.67 (one product)"
-                if (n, b) in measured else "no CPU measurement at this width and batch (model only)")
-        fig.text(0.01, 0.02, note, fontsize=10, color=note_colour)
-
         if world == 1:
-            ax_comm.text(0.5, 0.5, "one process:\nnothing to\ncommunicate", ha="center", va="center",
-                         fontsize=10, color=note_colour, transform=ax_comm.transAxes)
-            ax_comm.set(xticks=[], yticks=[], title="traffic, W = 1")
-            return
-        per = scaling.iso_step_flops(n, n, b, k, k, world_size=world)
-        grad = per["gradient_elements"]
-        bars = {"Adam / Muon": [1.0, 0.0, 0.0],
-                "Iso, synced": [1.0, per["statistics_elements"] / grad, per["roots_elements"] / grad]}
-        for x, (name, (g, s, r)) in enumerate(bars.items()):
-            ax_comm.bar(x, g, color=PARTS["forward + backward"], width=0.6, label="gradients" if x == 0 else None)
-            ax_comm.bar(x, s, bottom=g, color=PARTS["statistics"], width=0.6, label="statistics" if x == 1 else None)
-            ax_comm.bar(x, r, bottom=g + s, color=PARTS["roots"], width=0.6, label="roots" if x == 1 else None)
-            ax_comm.text(x, g + s + r, f"{g + s + r:.2f}x", ha="center", va="bottom", fontsize=10)
-        ax_comm.set(xticks=[0, 1], xticklabels=["Adam,\nMuon", "Iso,\nsynced"], ylim=(0, 3.9), yticks=[0, 1, 2, 3],
-                    ylabel="sent / gradient size", title=f"traffic, W = {world}")
-        ax_comm.legend(loc="upper left", handlelength=1.2)
+            sent = "sent per step: nothing (one process)"
+        else:
+            per = scaling.iso_step_flops(n, n, b, k, k, world_size=world)
+            grad = per["gradient_elements"]
+            stats = per["statistics_elements"] / grad
+            roots = per["roots_elements"] * scaling.rank_share(2 * LAYERS, world) / grad   # each rank sends its share
+            sent = (f"sent per step, in gradients: Adam 1.00; Iso 1.00 + statistics {stats:.2f} + roots {roots:.2f}"
+                    f" = {1 + stats + roots:.2f}")
+        note = (f"this CPU (13.2): statistics measured {measured[n, b]:.2f}x fwd+bwd" if (n, b) in measured else
+                "H100: float32 67, bfloat16 989 TFLOP/s at peak; eigh runs far below peak")
+        fig.text(0.01, 0.055, sent, fontsize=10, color=note_colour)
+        fig.text(0.01, 0.005, note, fontsize=10, color=note_colour)
+
+    def shrinking(world, b, k):
+        return sum(_spread_parts(n, b, k, world, weighted)[0] + _spread_parts(n, b, k, world, weighted)[1]
+                   for weighted in (False, True))
+
+    def statistics(world, b, k):
+        return [_spread_parts(n, b, k, world, weighted)[2] for weighted in (False, True)]
 
     return Explorable(
         draw_bill,
-        [Slider("n", [1024, 4096], label="width n", default=1024),
-         Slider("b", [256, 1024, 4096, 16384], label="rows per step b", default=1024),
-         Slider("k", [1, 10, 100], label="refresh every k steps", default=10),
-         Slider("world", [1, 8], label="processes W", default=8)],
-        main="b",
+        [Slider("world", WORLDS, label="processes W", default=8),
+         Slider("b", [1024, 16384], label="rows per process b", default=16384),
+         Slider("k", [1, 10, 100], label="refresh every k steps", default=10)],
+        main="world",
         figsize=(style.FIG_WIDTH, 4.0),
-        static_colors=32,
-        caption="Cost model of one square layer: flops per step relative to forward+backward, and communication per step.",
+        static_colors=16,
+        caption=("One process's cost per step for a stack of square layers, relative to its forward and "
+                 f"backward pass, in flops and in H100 time, and what it sends. Move W: {PROMISE_RANKS}."),
+        promises=[Promise("the roots and Newton-Schulz per process shrink as W grows", shrinking,
+                          nonincreasing(tol=1e-12)),
+                  Promise("the statistics stay put", lambda **p: statistics(**p)[0], constant(rtol=1e-12)),
+                  Promise("the statistics stay put", lambda **p: statistics(**p)[1], constant(rtol=1e-12))],
     )
 
 
