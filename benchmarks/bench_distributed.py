@@ -13,9 +13,9 @@ data-parallel LM training, where each process does enough work per step that the
 all-reduce (3.3 M parameters, 13 MB) does not dominate. Every per-step matrix cost (Iso's
 ``P_G · ∇W · P_X``, Muon's Newton–Schulz) grows with ``d³`` and not with the tokens, so its
 share falls like 1/tokens; that is a property of those optimizers, not of the communication
-measured here. Measured on the 2-core machine (fastest blocks): at 8192 tokens per process
-(the default) IsoAdam 1.16x Adam, Muon 1.08x; at 4096 (``--batch 16``) IsoAdam 1.20-1.23x,
-Muon 1.17-1.19x.
+measured here. This script prints its ratios and saves nothing; Chapter 13's saved timings
+come from ``scripts/ch13_ddp_timing.py`` (``results/ch13_ddp_timing.json``, with their
+command and the block-to-block spread), and a ratio below that spread is noise.
 
 What is timed, on each of ``--world`` processes (one thread each, ``torch.distributed``
 with gloo, every model wrapped in ``DistributedDataParallel``): the DDP step, i.e.

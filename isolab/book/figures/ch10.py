@@ -236,11 +236,12 @@ def ablation_figure(rows: Mapping[str, Sequence[tuple[str, Mapping]]], reference
             ax.plot([s["median"]], [y], marker=kw["marker"], color=kw["color"], markersize=8, linestyle="none")
         ax.set_yticks(range(len(variants)), [variant_label(v) for v, _ in reversed(list(variants))])
         ax.set_title(label(name))
-        for ref_name, ref in (reference or {}).items():
+        refs = sorted((reference or {}).items(), key=lambda item: item[1]["median"])
+        for k, (ref_name, ref) in enumerate(refs):  # the lowest labelled left of its line: no overlap
             ax.axvline(ref["median"], color=_color(ref_name), linestyle="--", linewidth=1.5)
             ax.annotate(f"{label(ref_name)} {ref['median']:.3g}", (ref["median"], len(variants) - 0.5),
-                        xytext=(3, 0), textcoords="offset points", color=_color(ref_name),
-                        fontsize=style.FONT_SIZE - 1, va="bottom")
+                        xytext=(-3 if k == 0 else 3, 0), textcoords="offset points", color=_color(ref_name),
+                        fontsize=style.FONT_SIZE - 1, va="bottom", ha="right" if k == 0 else "left")
         ax.set_xscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylim(-0.7, len(variants) + 0.1)
