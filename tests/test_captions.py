@@ -16,7 +16,7 @@ from isolab.book.explorable import MIN_MAIN_VALUES
 
 PART_ONE = ["ch01", "ch02", "ch03", "ch04"]
 PART_TWO = ["ch05", "ch06", "ch07", "ch08", "ch09"]
-PART_THREE = ["ch10", "ch12", "ch13"]  # Part III chapters rewritten to the standard so far (ch11 follows)
+PART_THREE = ["ch10", "ch11", "ch12", "ch13"]
 
 
 def explorables(chapters):

@@ -1,23 +1,16 @@
-"""Tests of isolab.book.lm (Chapter 11) and of scripts/train_transformer.py."""
+"""Tests of isolab.book.lm: the corpus, the model and the training loop of the cost benchmarks
+(Chapter 11's protocol is tested in test_lm_protocol.py)."""
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from isolab.book import lm
+from isolab.book import lm, lm_protocol
 from isolab.book.seeding import generator
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_transformer", ROOT / "scripts" / "train_transformer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ------------------------------------------------------------------ corpus
@@ -95,7 +88,7 @@ def test_model_counts_causality_and_initial_loss():
 
 
 def test_the_paper_size_has_about_800k_non_embedding_parameters():
-    c = lm.count_parameters(lm.TransformerLM(_script().FULL_MODEL, seed=0))
+    c = lm.count_parameters(lm.TransformerLM(lm_protocol.SIZES["full"]["model"], seed=0))
     assert 750_000 < c["non_embedding"] < 850_000
 
 
@@ -126,52 +119,23 @@ def test_routing_of_the_three_optimizers():
         lm.make_optimizer("sgd", model, tc)
 
 
-def test_schedule_and_interpolation():
+def test_schedule():
     tc = lm.TrainConfig(steps=100, warmup=10, min_lr_ratio=0.1)
     assert lm.lr_factor(0, tc) == pytest.approx(0.1) and lm.lr_factor(9, tc) == pytest.approx(1.0)
     assert lm.lr_factor(10, tc) == pytest.approx(1.0) and lm.lr_factor(100, tc) == pytest.approx(0.1)
     assert lm.lr_factor(55, tc) == pytest.approx(0.55)
-    assert lm.steps_to_reach([0, 10, 20], [3.0, 2.0, 1.0], 1.5) == pytest.approx(15.0)
-    assert lm.steps_to_reach([0, 10, 20], [3.0, 2.0, 1.0], 3.5) == 0.0
-    assert math.isnan(lm.steps_to_reach([0, 10], [3.0, 2.0], 1.0))
 
 
-# ------------------------------------------------------------------ the script
-def test_script_results_round_trip_and_are_deterministic(tmp_path):
-    script = _script()
-    out = tmp_path / "t.json"
-    res = script.run(script.TINY_MODEL, script.TINY_TRAIN, script.TINY_CORPUS_BYTES, out=out, verbose=False)
-    back = lm.load_results(out)
-    assert set(back["runs"]) == set(lm.OPTIMIZERS)
+# ------------------------------------------------------------------ the training loop
+def test_train_is_deterministic_and_shares_the_first_batch():
+    model_cfg = lm.LMConfig(d_model=16, n_layers=1, n_heads=2, context=16)
+    tc = lm.TrainConfig(steps=6, batch=4, warmup=2, eval_interval=3, eval_batches=2)
+    tr, va = lm.split_corpus(lm.stdlib_corpus(max_bytes=200_000))
+    runs = {name: lm.train(name, model_cfg, tc, tr, va) for name in lm.OPTIMIZERS}
     for name in lm.OPTIMIZERS:
-        for key in ("step", "val_loss", "train_loss", "wall", "params", "model", "train"):
-            assert back["runs"][name][key] == res["runs"][name][key], (name, key)
-        assert len(back["runs"][name]["train_loss"]) == script.TINY_TRAIN.steps
-    assert back["meta"]["torch"] == torch.__version__ and back["meta"]["seed"] == script.TINY_TRAIN.seed
-    # the same configuration trained again, in memory, gives bit-identical curves
-    data = lm.stdlib_corpus(max_bytes=script.TINY_CORPUS_BYTES)
-    tr, va = lm.split_corpus(data)
-    for name in lm.OPTIMIZERS:
-        again = lm.train(name, script.TINY_MODEL, script.TINY_TRAIN, tr, va)
-        assert again["val_loss"] == back["runs"][name]["val_loss"]
-        assert again["train_loss"] == back["runs"][name]["train_loss"]
-    # same data order and same initial weights: the first training loss is shared
-    first = {back["runs"][n]["train_loss"][0] for n in lm.OPTIMIZERS}
-    assert len(first) == 1
-    # the optimizers differ after the first step
-    assert back["runs"]["adam"]["train_loss"][2] != back["runs"]["isoadam"]["train_loss"][2]
-    assert lm.load_results(tmp_path / "missing.json") is None
-
-
-def test_smooth_and_speedup_curve():
-    assert lm.smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
-    assert lm.smooth([2.0, 4.0], 1) == [2.0, 4.0]
-    steps = [0, 10, 20, 30]
-    runs = {"adam": {"step": steps, "wall": steps, "val_loss": [5.0, 4.0, 3.0, 2.0]},
-            "fast": {"step": steps, "wall": [0, 20, 40, 60], "val_loss": [5.0, 3.0, 2.0, 1.0]}}
-    targets, ratio = lm.speedup_curve(runs, "fast", n=3)
-    assert targets == [4.0, 3.0, 2.0]
-    # adam reaches 4, 3, 2 at 10, 20, 30; "fast" at 5, 10, 20
-    assert ratio == pytest.approx([2.0, 2.0, 1.5])
-    _, wall_ratio = lm.speedup_curve(runs, "fast", x="wall", n=3)
-    assert wall_ratio == pytest.approx([1.0, 1.0, 0.75])
+        again = lm.train(name, model_cfg, tc, tr, va)
+        assert again["val_loss"] == runs[name]["val_loss"] and again["train_loss"] == runs[name]["train_loss"]
+        assert len(runs[name]["train_loss"]) == tc.steps and runs[name]["step"] == [0, 3, 6]
+    assert len({r["train_loss"][0] for r in runs.values()}) == 1      # same weights, same first batch
+    assert runs["adam"]["train_loss"][2] != runs["isoadam"]["train_loss"][2]
+    assert lm.load_results(Path("/nonexistent/missing.json")) is None

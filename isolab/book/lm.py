@@ -1,8 +1,11 @@
 r"""A small byte-level language model, its corpus, and a training loop that keeps time.
 
-Chapter 11 repeats the paper's Transformer experiment (IsoAdam against Adam with Adam's
-hyperparameters) on data that every Python installation ships: the source code of the
-standard library. Everything here is plain torch and deterministic on a CPU.
+Chapter 11 repeats the paper's Transformer experiment on data that every Python
+installation ships: the source code of the standard library. Everything here is plain
+torch and deterministic on a CPU. The chapter's comparison under Part III's protocol
+(files held out, every optimizer tuned) is in :mod:`isolab.book.lm_protocol`; the
+training loop here (:func:`train`, :func:`make_optimizer`) serves the cost benchmarks
+and Chapter 13's timings, which need Adam's settings reused unchanged.
 
 - :func:`stdlib_files`, :func:`stdlib_corpus`: the ``*.py`` files under
   ``sysconfig.get_paths()["stdlib"]`` (``site-packages`` excluded), sorted by their path
@@ -26,7 +29,7 @@ standard library. Everything here is plain torch and deterministic on a CPU.
 - :func:`train`: warm-up + cosine schedule, validation loss against step *and* against
   training wall-clock, and the time of forward+backward and of ``optimizer.step`` per
   step. Returns a JSON-ready dict; :func:`save_results`/:func:`load_results` write and
-  read the results file of ``scripts/train_transformer.py``.
+  read JSON results files (those of ``scripts/train_transformer.py`` among them).
 """
 
 from __future__ import annotations
@@ -60,10 +63,6 @@ __all__ = [
     "lr_factor",
     "evaluate",
     "train",
-    "steps_to_reach",
-    "speedup_curve",
-    "smooth",
-    "plot_curves",
     "environment",
     "save_results",
     "load_results",
@@ -390,82 +389,6 @@ def train(optimizer: str, model_cfg: LMConfig, cfg: TrainConfig, train_data: tor
 
 def _plain(d: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
-
-
-def steps_to_reach(steps, losses, target: float) -> float:
-    """First (linearly interpolated) step at which the curve ``losses`` against ``steps``
-    falls to ``target``; ``nan`` when it never does."""
-    for i in range(len(losses)):
-        if losses[i] <= target:
-            if i == 0:
-                return float(steps[0])
-            l0, l1 = losses[i - 1], losses[i]
-            frac = (l0 - target) / (l0 - l1) if l0 != l1 else 1.0
-            return float(steps[i - 1] + frac * (steps[i] - steps[i - 1]))
-    return float("nan")
-
-
-def speedup_curve(runs: dict, name: str, baseline: str = "adam", x: str = "step", n: int = 20):
-    """How much sooner ``name`` reaches each validation loss than ``baseline``.
-
-    Targets are ``n`` loss levels evenly spaced between the first recorded validation
-    loss below the initial one and the baseline's final loss (each of them reached by
-    the baseline). Returns ``(targets, ratio)`` with ``ratio = x_baseline / x_name`` at
-    each target, ``x`` being ``"step"`` or ``"wall"`` (seconds); ``nan`` where ``name``
-    never reaches the target."""
-    b, o = runs[baseline], runs[name]
-    hi, lo = b["val_loss"][1], b["val_loss"][-1]
-    targets = [hi + (lo - hi) * i / (n - 1) for i in range(n)]
-    ratio = []
-    for t in targets:
-        xb = steps_to_reach(b[x], b["val_loss"], t)
-        xo = steps_to_reach(o[x], o["val_loss"], t)
-        ratio.append(xb / xo if xo > 0 else float("nan"))
-    return targets, ratio
-
-
-def smooth(values, window: int) -> list[float]:
-    """Trailing moving average over ``window`` points (shorter at the start)."""
-    out, acc = [], 0.0
-    for i, v in enumerate(values):
-        acc += v
-        if i >= window:
-            acc -= values[i - window]
-        out.append(acc / min(i + 1, window))
-    return out
-
-
-LABELS = {"adam": "Adam", "isoadam": "IsoAdam", "muon": "Muon"}
-
-
-def __getattr__(name: str):
-    # ``lm.COLORS``: each optimizer's colour in the book's figure style, looked up when asked
-    # for, so that ``import isolab.book.lm`` does not need Matplotlib
-    if name == "COLORS":
-        from .figures import style
-
-        return {key: style.color(label) for key, label in LABELS.items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def plot_curves(ax, runs: dict, x: str = "step", window: int = 1, train: bool = True) -> None:
-    """Validation loss (markers and line, in each optimizer's book-wide look) and, with
-    ``train``, the training loss smoothed over ``window`` steps (a faint line of the same
-    colour) of every run, against ``x``: ``"step"`` or ``"wall"``
-    (training seconds; the training loss of step ``k`` is placed at ``k/steps`` of the
-    final time, i.e. at a uniform rate)."""
-    from .figures import style
-
-    for name, r in runs.items():
-        look = style.line(LABELS[name], markersize=4) if name in LABELS else {"label": name}
-        if train:
-            tl = smooth(r["train_loss"], window)
-            n = len(tl)
-            xs = list(range(1, n + 1)) if x == "step" else [r["wall"][-1] * (k + 1) / n for k in range(n)]
-            ax.plot(xs, tl, color=look.get("color"), lw=1.5, alpha=0.35)
-        ax.plot(r[x], r["val_loss"], **look)
-    ax.set_xlabel("training step" if x == "step" else "training wall-clock (s)")
-    ax.set_ylabel("loss (nats per byte)")
 
 
 # ----------------------------------------------------------------------------- results

@@ -1,0 +1,236 @@
+r"""Reading Chapter 11's saved results: the protocol runs of ``scripts/train_transformer.py``
+and the interleaved step timings of ``scripts/ch11_timing.py``.
+
+- :func:`load`: a results file from ``results/``.
+- :func:`summaries`: ``{budget: {optimizer: summary}}`` of the held-out test losses
+  (median over seeds, 90 % bootstrap interval), as Chapter 10's figures draw them.
+- :func:`step_speedup`: how many times more steps Adam needs to reach an optimizer's
+  held-out loss at a budget, reading Adam's loss against its budgets (piecewise linear in
+  log steps); a bound where Adam's longest budget does not get there.
+- :func:`timing`: per-step milliseconds of forward + backward, of the optimizer step and
+  of both, as medians over rounds with their interquartile range, each optimizer's ratio
+  to Adam round by round with a 90 % bootstrap interval, and the A/A ratio of the second
+  Adam, which is the noise; :func:`beyond_noise` says whether a ratio's interval clears it.
+- :func:`seconds_matched`: each optimizer's held-out loss against the seconds its budget
+  costs (budget × measured time per step), and Adam's loss interpolated at those seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from .engine.tuning import bootstrap_interval
+from .lm import load_results
+
+__all__ = ["load", "summaries", "budgets", "separated", "paired", "seed_wins", "gap_in_errors", "step_speedup", "timing", "beyond_noise",
+           "seconds_per_step", "seconds_matched", "tuned_table", "heldout_table", "timing_table"]
+
+NAMES = {"adam": "Adam", "isoadam": "IsoAdam", "muon": "Muon", "soap": "SOAP", "adam again": "Adam, again",
+         "adam2": "Adam, 2 rates", "isoadam2": "IsoAdam, 2 rates", "soap2": "SOAP, 2 rates"}
+ORDER = ("adam", "soap", "isoadam", "muon", "adam2", "soap2", "isoadam2")
+
+def load(name: str) -> dict:
+    """``results/<name>.json`` (e.g. ``"transformer_chapter"``): the checkout's copy, or in a
+    session without one (Colab) a copy fetched once from the book's repository
+    (:func:`isolab.book.figures.saved.saved_result`, whose error names what to run)."""
+    from .figures.saved import saved_result
+
+    return load_results(saved_result(f"{name}.json"))
+
+
+def budgets(protocol: Mapping, complete: bool = True) -> list[int]:
+    """The budgets of the saved entries; with ``complete``, only those at which every
+    contender (:data:`isolab.book.lm_protocol.OPTIMIZERS`) has one (Adam alone may have a
+    longer budget, as a reference for the step speedups)."""
+    from .lm_protocol import OPTIMIZERS
+
+    keys = set(protocol["heldout"])
+    found = sorted({int(k.split("/")[1]) for k in keys})
+    return [b for b in found if not complete or all(f"{n}/{b}" in keys for n in OPTIMIZERS)]
+
+
+def summaries(protocol: Mapping) -> dict[int, dict[str, dict]]:
+    """``{budget: {optimizer: {"median", "low", "high", "values"}}}`` of the held-out losses."""
+    out: dict[int, dict[str, dict]] = {}
+    for key, entry in protocol["heldout"].items():
+        name, steps = key.split("/")
+        s = entry["summary"]
+        out.setdefault(int(steps), {})[name] = {
+            "median": s["median"], "low": s["interval90"][0], "high": s["interval90"][1],
+            "values": [r["loss"] for r in entry["runs"]]}
+    return out
+
+
+def separated(summary: Mapping[str, Mapping], a: str, b: str) -> bool:
+    """Whether ``a``'s 90 % interval lies entirely below ``b``'s (lower is better)."""
+    return summary[a]["high"] < summary[b]["low"]
+
+
+def paired(protocol: Mapping, name: str, steps: int, baseline: str = "adam") -> dict:
+    """``name`` minus ``baseline`` on each held-out seed at ``steps`` (same seed, same test
+    windows): the differences, their largest paired standard error, and how many seeds
+    favour ``name``."""
+    runs = {r["seed"]: r for r in protocol["heldout"][f"{name}/{steps}"]["runs"]}
+    base = {r["seed"]: r for r in protocol["heldout"][f"{baseline}/{steps}"]["runs"]}
+    diffs = [runs[s]["loss"] - base[s]["loss"] for s in sorted(runs)]
+    ses = [runs[s].get("paired_se") for s in sorted(runs)]
+    return {"diffs": diffs, "max_paired_se": max((x for x in ses if x is not None), default=math.nan),
+            "wins": sum(d < 0 for d in diffs), "seeds": len(diffs)}
+
+
+def seed_wins(protocol: Mapping, name: str, baseline: str) -> tuple[str, list[int], int]:
+    """``(text, wins, seeds)``: on how many held-out seeds ``name`` ends below ``baseline``
+    at each complete budget, as ``"5/5 · 4/5 · 5/5"`` and as the list of counts."""
+    keys = protocol["heldout"]
+    rows = [paired(protocol, name, b, baseline) for b in budgets(protocol, complete=False)
+            if f"{name}/{b}" in keys and f"{baseline}/{b}" in keys]
+    return " · ".join(f"{r['wins']}/{r['seeds']}" for r in rows), [r["wins"] for r in rows], rows[0]["seeds"]
+
+
+def gap_in_errors(protocol: Mapping, name: str, baseline: str) -> float:
+    """The smallest ``|name − baseline|`` over seeds and budgets, in units of the largest
+    paired standard error of those runs."""
+    rows = [paired(protocol, name, b, baseline) for b in budgets(protocol)]
+    return min(abs(d) for r in rows for d in r["diffs"]) / max(r["max_paired_se"] for r in rows)
+
+
+def _log_interp(x: float, xs, ys) -> float:
+    return float(np.interp(math.log(x), np.log(xs), ys))
+
+
+def step_speedup(protocol: Mapping, name: str, steps: int, baseline: str = "adam") -> tuple[float, str]:
+    """``(speedup, kind)``: Adam's steps to reach ``name``'s held-out median at ``steps``,
+    divided by ``steps``. ``kind`` is ``"measured"`` when Adam's budgets bracket the loss
+    (read off Adam's medians, linear in log steps), ``"at least"`` when even Adam's longest
+    budget ends higher (the value is then that budget / ``steps``), and ``"at most"`` when
+    Adam's shortest budget already does better."""
+    summ = summaries(protocol)
+    bs = sorted(summ)
+    target = summ[steps][name]["median"]
+    adam = [summ[b][baseline]["median"] for b in bs]
+    if target < min(adam):
+        return bs[-1] / steps, "at least"
+    if target > adam[0]:
+        return bs[0] / steps, "at most"
+    for (b0, l0), (b1, l1) in zip(zip(bs, adam), zip(bs[1:], adam[1:])):
+        if l1 <= target <= l0:
+            frac = (l0 - target) / (l0 - l1) if l0 != l1 else 0.0
+            return math.exp(math.log(b0) + frac * (math.log(b1) - math.log(b0))) / steps, "measured"
+    return math.nan, "not monotone"
+
+
+def _quartiles(x) -> tuple[float, float, float]:
+    q = np.quantile(np.asarray(x, dtype=np.float64), [0.25, 0.5, 0.75])
+    return float(q[1]), float(q[0]), float(q[2])
+
+
+def timing(saved: Mapping, size: str) -> dict:
+    """Per lane of ``saved["sizes"][size]``: for ``fwd_bwd``, ``step`` and ``total`` the
+    median milliseconds per step over rounds with the quartiles, and ``ratio`` (total, to
+    Adam's total in the same round) as ``(median, low, high)`` with a 90 % bootstrap over
+    rounds. The lane ``"adam again"`` gives the noise."""
+    ms = saved["sizes"][size]["ms"]
+    adam_total = np.add(ms["adam"]["fwd_bwd"], ms["adam"]["step"])
+    out = {}
+    for lane, m in ms.items():
+        fb, st = np.asarray(m["fwd_bwd"]), np.asarray(m["step"])
+        total = fb + st
+        out[lane] = {"fwd_bwd": _quartiles(fb), "step": _quartiles(st), "total": _quartiles(total),
+                     "ratio": bootstrap_interval(list(total / adam_total))}
+    return out
+
+
+def beyond_noise(stats: Mapping, lane: str) -> bool:
+    """Whether ``lane``'s ratio to Adam is separated from 1 by more than the noise: its 90 %
+    interval lies entirely outside the A/A interval of the second Adam."""
+    _, lo, hi = stats[lane]["ratio"]
+    _, nlo, nhi = stats["adam again"]["ratio"]
+    return lo > nhi or hi < nlo
+
+
+def seconds_per_step(saved: Mapping, size: str) -> dict[str, float]:
+    """Median total seconds per training step of each optimizer (the A/A lane left out;
+    a form with two rates at its base's time)."""
+    from .lm_protocol import TWO_RATES
+
+    stats = timing(saved, size)
+    out = {lane: s["total"][0] / 1e3 for lane, s in stats.items() if lane != "adam again"}
+    # a second learning rate changes no arithmetic: the two-rate forms cost what their base costs
+    out.update({two: out[two[:-1]] for two in TWO_RATES if two[:-1] in out})
+    return out
+
+
+def seconds_matched(protocol: Mapping, saved: Mapping, size: str, baseline: str = "adam") -> dict:
+    """``{optimizer: [(budget, seconds, median loss, Adam's loss at those seconds or nan)]}``:
+    seconds = budget × :func:`seconds_per_step`; Adam's loss at the same seconds is read
+    off its medians (linear in log seconds) where its budgets reach that far."""
+    sps = seconds_per_step(saved, size)
+    summ = summaries(protocol)
+    bs = sorted(summ)
+    adam_s = [b * sps[baseline] for b in bs]
+    adam_l = [summ[b][baseline]["median"] for b in bs]
+    out = {}
+    for name in [n for n in summ[bs[0]] if n in sps]:
+        rows = []
+        for b in [b for b in bs if name in summ[b]]:
+            sec = b * sps[name]
+            ref = _log_interp(sec, adam_s, adam_l) if adam_s[0] <= sec <= adam_s[-1] else math.nan
+            rows.append((b, sec, summ[b][name]["median"], ref))
+        out[name] = rows
+    return out
+
+
+def _rate(entry: Mapping) -> str:
+    text = f"{entry['lr']:.2g}"
+    if entry.get("side_lr") is not None:
+        text += f" / {entry['side_lr']:.2g}"
+    moved = len(entry["searches"]) - 1
+    return text + ("" if entry["interior"] else " (edge)") + ("*" * moved)
+
+
+CONTENDERS = ORDER[:4]
+
+
+def tuned_table(protocol: Mapping, names=ORDER) -> str:
+    """The chosen learning rate of every optimizer at every budget (Muon and Adam with two
+    rates: matrices / the rest); ``*`` marks a grid that was moved off its edge once, ``(edge)`` a choice still on
+    one."""
+    bs = budgets(protocol, complete=False)
+    rows = [f"{'':17s}" + "".join(f"  {f'{b} steps':>22s}" for b in bs)]
+    for name in names:
+        if any(f"{name}/{b}" in protocol["tuned"] for b in bs):
+            rows.append(f"{NAMES[name]:17s}" + "".join(
+                f"  {_rate(protocol['tuned'][f'{name}/{b}']) if f'{name}/{b}' in protocol['tuned'] else '—':>22s}"
+                for b in bs))
+    return "\n".join(rows)
+
+
+def heldout_table(protocol: Mapping, digits: int = 3, names=CONTENDERS) -> str:
+    """Held-out test loss, median over seeds [90 % interval], per optimizer and budget."""
+    summ = summaries(protocol)
+    bs = sorted(b for b in summ if any(n in summ[b] for n in names))
+    width = 2 * digits + 14
+    rows = [f"{'':17s}" + "".join(f"  {f'{b} steps':>{width}s}" for b in bs)]
+    for name in names:
+        if any(name in summ[b] for b in bs):
+            cells = [f"{s['median']:.{digits}f} [{s['low']:.{digits}f}, {s['high']:.{digits}f}]" if s else "—"
+                     for s in (summ[b].get(name) for b in bs)]
+            rows.append(f"{NAMES[name]:17s}" + "".join(f"  {c:>{width}s}" for c in cells))
+    return "\n".join(rows)
+
+
+def timing_table(saved: Mapping, size: str) -> str:
+    """Milliseconds per step (median over rounds [quartiles]) of forward + backward, of the
+    step and of both, and the total's ratio to Adam's (median [90 % interval] over rounds)."""
+    stats = timing(saved, size)
+    rows = [f"{'':12s}{'forward+backward':>22s}{'optimizer step':>20s}{'total':>22s}{'ratio to Adam':>24s}"]
+    for lane in ("adam", "adam again", "soap", "isoadam", "muon"):
+        s = stats[lane]
+        cell = lambda q: f"{q[0]:.1f} [{q[1]:.1f}, {q[2]:.1f}]"  # noqa: E731
+        r = s["ratio"]
+        rows.append(f"{NAMES[lane]:12s}{cell(s['fwd_bwd']):>22s}{cell(s['step']):>20s}{cell(s['total']):>22s}"
+                    f"{f'{r[0]:.2f} [{r[1]:.2f}, {r[2]:.2f}]':>24s}")
+    return "\n".join(rows)
