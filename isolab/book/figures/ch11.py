@@ -221,7 +221,7 @@ def timing_figure(timing: Mapping) -> Figure:
             color = look(name)["color"]
             fb, st, total = stats[lane]["fwd_bwd"][0], stats[lane]["step"][0], stats[lane]["total"]
             ax.barh(y, fb, color=color, alpha=0.55 if lane == "adam again" else 0.85, height=0.6)
-            ax.barh(y, st, left=fb, color="white", edgecolor=color, hatch="///", height=0.6)
+            ax.barh(y, st, left=fb, color="none", edgecolor=color, hatch="///", height=0.6)
             ax.plot([total[1], total[2]], [y, y], color=style.ROLES["bound"], lw=2)
         ax.set_yticks(range(len(lanes)), [("Adam, again" if l == "adam again" else P.LABELS[l]) for l in reversed(lanes)])
         m = timing["sizes"][size]["model"]
