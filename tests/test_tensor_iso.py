@@ -240,11 +240,12 @@ def test_shampoo_after_one_batch_is_msign_and_identity_transforms_change_nothing
 def test_extra_flops_counts_each_term():
     n, m, b = 64, 32, 1000
     assert forward_backward_flops(n, m, b) == 6 * b * n * m
-    roots = 9 * (n**3 + m**3) / 10
+    eigenbases = 9 * (n**3 + m**3) / 10
+    roots = eigenbases + 2 * (n**3 + m**3) / 10  # V diag(w) V^T per side
     assert extra_flops("Iso", n, m, b) == 2 * b * (n * n + m * m) + 2 * n * m * (n + m) + roots
     assert extra_flops("K-FAC", n, m, b) == extra_flops("Iso", n, m, b)
     assert extra_flops("Shampoo", n, m, b) == 4 * n * m * (n + m) + roots
-    assert extra_flops("SOAP", n, m, b) == 8 * n * m * (n + m) + roots
+    assert extra_flops("SOAP", n, m, b) == 8 * n * m * (n + m) + eigenbases  # eigenvectors only
     assert extra_flops("Muon", n, m, b) == 5 * (4 * m * m * n + 2 * m**3)  # the small side is m
     assert extra_flops("Muon", m, n, b) == extra_flops("Muon", n, m, b)
     assert extra_flops("Adam", n, m, b) == 10 * n * m
@@ -276,12 +277,11 @@ def test_extra_flops_names_bad_input():
 
 def test_extra_flops_agrees_with_chapter_13s_layer_model():
     """Chapter 12's per-method counts and Chapter 13's layer model (isolab.book.scaling) use
-    the same terms for Newton-Schulz, the statistics, the application and the pass."""
+    the same terms for Newton-Schulz, the statistics, the roots, the application and the pass."""
     from isolab.book import scaling
 
     n, m, b = 96, 160, 512
     layer = scaling.layer_flops(n, m, b)
     assert forward_backward_flops(n, m, b) == layer["forward_backward"]
     assert extra_flops("Muon", n, m, b) == scaling.muon_flops(n, m)
-    roots = 9 * (n**3 + m**3) / 10
-    assert extra_flops("Iso", n, m, b) == layer["statistics"] + layer["apply"] + roots
+    assert extra_flops("Iso", n, m, b) == layer["statistics"] + layer["apply"] + layer["roots_eigh"] / 10

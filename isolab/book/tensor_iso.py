@@ -50,6 +50,8 @@ from torch import Tensor, nn
 from isolab import rules, updates
 from isolab.linalg import covariance, random_orthogonal, symmetric_inverse_root
 
+from .scaling import EIGH_FLOPS
+
 __all__ = [
     "power_update",
     "kfac_update",
@@ -290,14 +292,17 @@ def forward_backward_flops(n: int, m: int, b: int) -> float:
 
 
 def extra_flops(method: str, n: int, m: int, b: int, *, root_interval: int = 10, stat_interval: int = 1,
-                eig_constant: float = 9.0, ns_steps: int = 5) -> float:
+                eig_constant: float = EIGH_FLOPS, ns_steps: int = 5) -> float:
     r"""Flops per step of ``method``'s work beyond SGD on an ``n x m`` layer with ``b`` rows.
 
     - statistics from the layer's rows (K-FAC, Iso): ``X^T X`` and ``G^T G``, ``2b(n^2 + m^2)``
       every ``stat_interval`` steps;
     - statistics from the gradient (Shampoo, SOAP): ``g g^T`` and ``g^T g``, ``2nm(n + m)``;
     - applying ``P_L g P_R``: ``2nm(n + m)`` (SOAP rotates in and out: three times that);
-    - roots or eigenbases, ``eig_constant (n^3 + m^3)`` every ``root_interval`` steps;
+    - every ``root_interval`` steps, an eigendecomposition per side, ``eig_constant (n^3 + m^3)``
+      (:data:`isolab.book.scaling.EIGH_FLOPS`, Chapter 13's model), plus ``2(n^3 + m^3)`` to
+      form ``V diag(w) V^T`` where a matrix function is applied (K-FAC, Shampoo, Iso); SOAP
+      keeps only the eigenvectors;
     - Muon: ``ns_steps`` quintic Newton-Schulz steps, each ``4 s^2 l + 2 s^3`` with
       ``s = min(n, m)``, ``l = max(n, m)``;
     - Adam: ``10 nm`` elementwise.
@@ -311,11 +316,12 @@ def extra_flops(method: str, n: int, m: int, b: int, *, root_interval: int = 10,
     rows = 2 * b * (n * n + m * m) / stat_interval
     grads = 2 * n * m * (n + m)
     apply = 2 * n * m * (n + m)
-    roots = eig_constant * (n ** 3 + m ** 3) / root_interval
+    eigenbases = eig_constant * (n ** 3 + m ** 3) / root_interval
+    roots = eigenbases + 2 * (n ** 3 + m ** 3) / root_interval
     s, l = min(n, m), max(n, m)
     return {"Adam": 10 * n * m,
             "K-FAC": rows + apply + roots,
             "Shampoo": grads + apply + roots,
             "Muon": ns_steps * (4 * s * s * l + 2 * s ** 3),
-            "SOAP": grads + 3 * apply + roots,
+            "SOAP": grads + 3 * apply + eigenbases,
             "Iso": rows + apply + roots}[method]
