@@ -38,12 +38,17 @@ def test_main_slider_and_promises(build):
 
 
 @pytest.mark.parametrize("build", list(explorables(PART_ONE + PART_TWO + PART_THREE)))
-def test_no_text_under_ten_points(build):
+def test_text_is_readable(build):
     """BOOK_STYLE: every label, tick and annotation of a figure at 10 pt or more (drawn at
-    the defaults)."""
+    the defaults), and at a contrast of 4.5:1 or more against the page."""
     from matplotlib.text import Text
 
+    from isolab.book.figures import style
+
     fig = build().render(strict=True)
-    small = sorted({(round(t.get_fontsize(), 1), t.get_text()[:30]) for t in fig.findobj(Text)
-                    if t.get_visible() and t.get_text().strip() and t.get_fontsize() < 10})
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    small = sorted({(round(t.get_fontsize(), 1), t.get_text()[:30]) for t in texts if t.get_fontsize() < 10})
     assert not small, f"text under 10 pt: {small[:6]}"
+    light = sorted({(t.get_text()[:30], round(style.contrast(t.get_color(), "white"), 2)) for t in texts
+                    if style.contrast(t.get_color(), "white") < 4.5})
+    assert not light, f"text under 4.5:1 contrast: {light[:6]}"

@@ -147,3 +147,47 @@ def test_importing_the_library_does_not_import_the_book():
             "print(any(m.startswith('isolab.book') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_contrast_is_the_wcag_ratio():
+    assert style.contrast("black", "white") == pytest.approx(21.0)
+    assert style.contrast("#767676", "#FFFFFF") == pytest.approx(4.54, abs=0.01)  # the WCAG reference grey
+    assert style.contrast("#CC6677", "white") == style.contrast("white", "#CC6677")
+
+
+@pytest.mark.parametrize("color", ["#DDCC77", "#88CCEE", "#EE7733", "#CC6677", "#117733", "black"])
+def test_text_color_reaches_the_contrast_and_keeps_the_hue(color):
+    out = style.text_color(color)
+    assert style.contrast(out, style.ROLES["background"]) >= 4.5
+    rgb, new = np.asarray(matplotlib.colors.to_rgb(color)), np.asarray(matplotlib.colors.to_rgb(out))
+    k = new.max() / rgb.max() if rgb.max() > 0 else 1.0
+    assert np.allclose(new, k * rgb, atol=1e-9) and k <= 1  # darkened, same hue
+    if style.contrast(color, "white") >= 4.5:
+        assert out == color  # readable colours are left as they are
+
+
+def test_spread_labels_keeps_order_gap_and_ceiling():
+    values = [0.99, 0.85, 0.37, 0.10]
+    pos = style.spread_labels(values, 0.2, upper=0.98)
+    order = np.argsort(values)
+    assert list(np.argsort(pos)) == list(order) and max(pos) <= 0.98
+    assert np.diff(np.sort(pos)).min() >= 0.2 - 1e-12
+    assert np.allclose(style.spread_labels([0.0, 1.0, 2.0], 0.5), [0.0, 1.0, 2.0])  # far apart: unchanged
+    pos = style.spread_labels(np.array([-1.4, -1.3, -1.0, -11.0, -12.7, -15.6]), 0.9, upper=0.2)  # Chapter 8's
+    top = np.sort(pos)
+    assert np.all(np.diff(top) >= 0.9 - 1e-12) and top[-1] <= 0.2
+
+
+@pytest.mark.parametrize("chapter", ["ch01", "ch02", "ch04", "ch06", "ch07", "ch09", "ch12"])
+def test_heroes_write_no_text_too_light_to_read(chapter):
+    """Every label of a chapter's opening figure reaches 4.5:1 against the page (the
+    light end of the sequential map and the pale optimizer colours pass through
+    :func:`style.text_color`)."""
+    import importlib
+
+    from matplotlib.text import Text
+
+    fig = importlib.import_module(f"isolab.book.figures.{chapter}").hero()
+    light = sorted({(t.get_text()[:25], round(style.contrast(t.get_color(), "white"), 2)) for t in fig.findobj(Text)
+                    if t.get_visible() and t.get_text().strip() and style.contrast(t.get_color(), "white") < 4.5})
+    assert not light, f"text under 4.5:1 contrast: {light[:6]}"

@@ -40,12 +40,6 @@ def test_hero_and_training_figures_show_the_twin_runs():
     assert isinstance(ch08.training(runs), Figure)
 
 
-def test_direct_labels_do_not_overlap_and_stay_below_the_top():
-    pos = ch08._spread_labels(np.array([-1.4, -1.3, -1.0, -11.0, -12.7, -15.6]), 0.9, upper=0.2)
-    top = np.sort(pos)
-    assert np.all(np.diff(top) >= 0.9 - 1e-12) and top[-1] <= 0.2
-
-
 # ----------------------------------------------------------------------------- 8.5
 def test_iso_bump_is_not_caused_by_the_rank_8_covariance():
     """The chapter once blamed the first block's rank-8 covariance; with d_in = d the bump stays."""

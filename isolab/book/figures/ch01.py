@@ -109,7 +109,7 @@ def hero(angle: float = 45.0, lr: float = 0.8) -> Figure:
             ax.plot(*Y[i].tolist(), "o", color=style.ROLES["data"], ms=7, zorder=5)
             ax.text(Y[i, 0] + 0.07, Y[i, 1] + 0.07, f"y{_SUB[i]}")
         ax.text(0.02, 0.02, f"cos(ΔY, −G)\n= {cos:.2f}", transform=ax.transAxes, ha="left", va="bottom",
-                color=style.ROLES["highlight"], fontweight="bold", fontsize=style.FONT_SIZE + 1)
+                color=style.text_color(style.ROLES["highlight"]), fontweight="bold", fontsize=style.FONT_SIZE + 1)
         ax.set(xlim=(-0.3, 1.9), ylim=(-0.1, 2.1), aspect="equal")
         ax.set_axis_off()
         ax.set_title(f"{name}\nXXᵀ = [{_entry(K[0, 0])}  {_entry(K[0, 1])};  {_entry(K[1, 0])}  {_entry(K[1, 1])}]",
@@ -119,7 +119,7 @@ def hero(angle: float = 45.0, lr: float = 0.8) -> Figure:
     ax_out[0].text(0.47, 1.4, "Δy₂ = −ηg₂", color=style.ROLES["target"], ha="left", va="center", fontsize=small)
     ax_out[1].text(1.3, 1.07, "steepest −ηg₁", color=style.ROLES["target"], ha="center", va="bottom", fontsize=small)
     ax_out[1].text(0.84, 0.72, "leak\n−η⟨x₁,x₂⟩g₂", color=style.ROLES["bound"], ha="right", va="center", fontsize=small)
-    ax_out[1].text(1.35, 0.62, "step Δy₁", color=style.ROLES["highlight"], ha="left", va="top", fontsize=small)
+    ax_out[1].text(1.35, 0.62, "step Δy₁", color=style.text_color(style.ROLES["highlight"]), ha="left", va="top", fontsize=small)
     return fig
 
 
@@ -199,7 +199,7 @@ def alignment_figure(table: np.ndarray | None = None, *, d_in: int = 64, draws: 
         ends.append((cos[-1], f"κ = {kappa:g}", colour))
     for y, text, colour in _spread(ends, gap=0.06):        # direct labels, pushed apart where the curves meet
         ax_curve.annotate(text, (ratios[-1], y), xytext=(6, 0), textcoords="offset points", va="center",
-                          color=colour, fontsize=style.FONT_SIZE - 1)
+                          color=style.text_color(colour), fontsize=style.FONT_SIZE - 1)
     past = [r for r in ratios if r >= 1]
     ax_curve.plot(past, [1 / math.sqrt(r) for r in past], "--", color=style.ROLES["bound"], lw=1.6)
     ax_curve.text(past[1], 1 / math.sqrt(past[1]) + 0.08, "rank bound √(d_in/b)", color=style.ROLES["bound"],

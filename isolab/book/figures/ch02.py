@@ -88,7 +88,7 @@ def hero(d: int = 2, batches: Sequence[int] = (2, 3, 4, 8), seed: int = 13) -> F
                    xlim=(0.4, b + 0.6))
         bottom.set_xlabel("eigenvalue index")
         shape = "XXᵀ = I" if b <= d else f"XXᵀ = {b // d if b % d == 0 else f'{b}/{d}'}·P"
-        bottom.set_title(shape, loc="center", color=HIGHLIGHT, fontsize=style.FONT_SIZE)
+        bottom.set_title(shape, loc="center", color=style.text_color(HIGHLIGHT), fontsize=style.FONT_SIZE)
         iso_best, iso_rand = isotropy.feature_isotropy(best).item(), isotropy.feature_isotropy(rand).item()
         bottom.text(0.98, 0.97, f"isotropy\n{iso_best:.2f} best\n{iso_rand:.2f} random", transform=bottom.transAxes,
                     ha="right", va="top", fontsize=SMALL, linespacing=1.15)
@@ -403,7 +403,7 @@ def draw_concentration(fig, d, batch, kappa) -> None:
     ax_gram.plot([1, min(batch, d)], [best, best], "--", color=BOUND, lw=1.5)
     if data.zeros:
         ax_gram.hlines(_FLOOR * 1.5, nonzero + 1, batch, color=HIGHLIGHT, lw=4)
-        ax_gram.text(nonzero + 1, 5e-3, f"{data.zeros} zeros", color=HIGHLIGHT, fontsize=SMALL)
+        ax_gram.text(nonzero + 1, 5e-3, f"{data.zeros} zeros", color=style.text_color(HIGHLIGHT), fontsize=SMALL)
     ax_gram.set(xscale="log", yscale="log", xlim=(0.8, 300), ylim=(_FLOOR, 1e3),
                 xlabel="index (largest first)", ylabel="eigenvalue of XXᵀ / d")
     ax_gram.set_xticks([1, 10, 100], ["1", "10", "100"])

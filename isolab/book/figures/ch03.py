@@ -705,7 +705,7 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
         frame += [(cx - 1, cy - 1), (cx + 1, cy - 1), (cx + 1, cy + 1), (cx - 1, cy + 1), (cx - 1, cy - 1),
                   (math.nan, math.nan), (cx - 1, cy), (cx + 1, cy), (math.nan, math.nan), (cx, cy - 1), (cx, cy + 1),
                   (math.nan, math.nan)]
-        ax_cloud.text(cx, cy + 1.06, METHOD_LABELS[m], ha="center", va="bottom", fontsize=SMALL, color=method_color(m))
+        ax_cloud.text(cx, cy + 1.06, METHOD_LABELS[m], ha="center", va="bottom", fontsize=SMALL, color=style.text_color(method_color(m)))
     ax_cloud.plot(*zip(*frame), color=MUTED, lw=0.8)
     points = torch.cat(points)
     ax_cloud.scatter(points[:, 0], points[:, 1], s=4 if batch > 32 else 14, c=colors, linewidths=0)

@@ -124,7 +124,7 @@ def hero() -> Figure:
               "muon": ("−msign(G)\n(Muon)", (-1.1, 0.16), "right", "bottom"),
               "sign": ("−sign(G)\n(SignSGD)", (-1.08, -1.0), "right", "top")}
     for opt, (text, (x, y), ha, va) in labels.items():
-        ax.text(x, y, text, color=style.color(OPTIMIZER_NAMES[opt]), fontsize=_SMALL, ha=ha, va=va)
+        ax.text(x, y, text, color=style.text_color(style.color(OPTIMIZER_NAMES[opt])), fontsize=_SMALL, ha=ha, va=va)
     eff = n["spectral_efficiency"]
     ax.text(1.3, -1.75, f"spectral-norm efficiency\nMuon {eff['muon']:.2f}, SGD {eff['sgd']:.2f}, SignSGD {eff['sign']:.2f}",
             ha="right", va="bottom", fontsize=_SMALL)
@@ -317,7 +317,7 @@ def draw_alignment(fig, theta, kappa):
     for name, y in sorted(ends.items(), key=lambda item: -item[1]):
         y_label = min([y] + [p - 0.075 for p in placed[-1:]])
         placed.append(y_label)
-        ax_curve.text(TURN_BATCHES[-1] * 1.12, y_label, name, color=style.color(name), va="center", fontsize=_SMALL)
+        ax_curve.text(TURN_BATCHES[-1] * 1.12, y_label, name, color=style.text_color(style.color(name)), va="center", fontsize=_SMALL)
     ax_curve.axvline(TURN_SCATTER_BATCH, color=style.ROLES["muted"], linewidth=1.0, zorder=0)
     ax_curve.set(xscale="log", xlim=(1.7, 150), ylim=(0, 1.04), xlabel=f"batch size b (d_in = {TURN_D_IN})",
                  ylabel="descent efficiency (own norm)", title=f"same Gram matrix for every θ; spread κ = {kappa:g}")

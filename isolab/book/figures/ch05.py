@@ -275,8 +275,8 @@ def phase_plane(eta: float = 0.25) -> Figure:
     ax.plot([-2.4, 2.4], [-2.4, 2.4], color=HIGHLIGHT, lw=1.5, ls="--")
     ax.plot([-2.4, 2.4], [2.4, -2.4], color=HIGHLIGHT, lw=1.5, ls="--")
     box = dict(facecolor=style.ROLES["background"], edgecolor="none", alpha=0.85, pad=1)
-    ax.text(2.4, 1.95, "u + v: ×(1 − ηξ)", color=HIGHLIGHT, fontsize=SMALL, ha="right", bbox=box)
-    ax.text(-2.4, 1.95, "u − v: ×(1 + ηξ)", color=HIGHLIGHT, fontsize=SMALL, ha="left", bbox=box)
+    ax.text(2.4, 1.95, "u + v: ×(1 − ηξ)", color=style.text_color(HIGHLIGHT), fontsize=SMALL, ha="right", bbox=box)
+    ax.text(-2.4, 1.95, "u − v: ×(1 + ηξ)", color=style.text_color(HIGHLIGHT), fontsize=SMALL, ha="left", bbox=box)
     ax.set(xlim=(-2.5, 2.5), ylim=(-2.5, 2.6), aspect="equal", xlabel="u = W₁", ylabel="v = W₂",
            title=f"one step, ξ = ±1, η = {eta:g}")
     ax.set_xticks([-2, 0, 2])
@@ -365,7 +365,7 @@ def scalar_noise(log_norms: np.ndarray | None = None, threshold: float | None = 
     ax_r.axhline(0, color=MUTED, lw=1)
     ax_r.plot([threshold], [0], "o", color=HIGHLIGHT, ms=8)
     ax_r.annotate(f"sign change at η ≈ {threshold:.2f}", (threshold, 0), xytext=(0, 20), textcoords="offset points",
-                  ha="center", color=HIGHLIGHT, fontsize=SMALL)
+                  ha="center", color=style.text_color(HIGHLIGHT), fontsize=SMALL)
     ax_r.set(xlim=(0, 3), ylim=(-0.25, 1.0), xlabel="learning rate η", ylabel="growth rate of log‖W‖ per step",
              title="rates of the mean and of a run")
     ax_r.set_xticks([0, 1, 2, 3])

@@ -125,7 +125,7 @@ def hero(data: Mapping | None = None) -> Figure:
         for k, i in enumerate(picks, 1):
             for Z, c in ((P, DATA), (Q, HIGHLIGHT)):
                 ax.plot(*Z[i].tolist(), "o", ms=13, mfc="white", mec=c, mew=1.8)
-                ax.text(*Z[i].tolist(), str(k), ha="center", va="center", fontsize=SMALL, color=c, weight="bold")
+                ax.text(*Z[i].tolist(), str(k), ha="center", va="center", fontsize=SMALL, color=style.text_color(c), weight="bold")
         ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xticks=[], yticks=[])
         for spine in ax.spines.values():
             spine.set_visible(False)
@@ -136,7 +136,7 @@ def hero(data: Mapping | None = None) -> Figure:
     lim = 1.05 * max(d["X"].abs().max().item(), d["XA"].abs().max().item())
     cloud(ax_raw, d["X"], d["XA"], lim, f"inputs X and XA, κ(A) = {d['kappa']:g}")
     ax_raw.text(0.02, 0.02, "X", color=DATA, transform=ax_raw.transAxes, fontsize=style.FONT_SIZE, weight="bold")
-    ax_raw.text(0.14, 0.02, "XA (the twin)", color=HIGHLIGHT, transform=ax_raw.transAxes, fontsize=style.FONT_SIZE,
+    ax_raw.text(0.14, 0.02, "XA (the twin)", color=style.text_color(HIGHLIGHT), transform=ax_raw.transAxes, fontsize=style.FONT_SIZE,
                 weight="bold")
     cloud(ax_white, d["white"], d["white_twin"], 3.6, f"whitened: one cloud, turned {abs(d['angle']):.0f}°")
     ax_white.text(0.02, 0.02, r"$Z \mapsto Z\,\mathrm{Cov}(Z)^{-1/2}$", color=BOUND, transform=ax_white.transAxes,
@@ -396,7 +396,7 @@ def draw_invariance(fig: Figure, kappa: float, kind: str, batch: int) -> None:
     ax_dots.set(ylim=(-1.5, 1.55), xlim=(-0.55, len(names) - 0.45), ylabel="norm after / before")
     ax_dots.set_xticks([])
     for i, name in enumerate(names):   # the rules' names as plain text (cheaper than tick labels)
-        ax_dots.text(i, -1.62, name, ha="center", va="top", color=style.color(name), fontsize=SMALL)
+        ax_dots.text(i, -1.62, name, ha="center", va="top", color=style.text_color(style.color(name)), fontsize=SMALL)
     _cheap_yticks(ax_dots, [-1, 0, 1], ["½", "1", "2"])
     ax_dots.yaxis.set_label_coords(-0.06, 0.5)
     ax_dots.set_title(f"{what} (κ = {kappa:g}), b = {batch}:  ● spectral  × Frobenius", fontsize=style.FONT_SIZE)
@@ -407,7 +407,7 @@ def draw_invariance(fig: Figure, kappa: float, kind: str, batch: int) -> None:
         top = d["before"][0]
         ax_sv.plot(index, d["before"] / top, color=look.color, lw=2, ls=look.linestyle)
         ax_sv.plot(index, d["after"] / top, look.marker, color=look.color, ms=6, mfc="none", mew=1.5)
-        ax_sv.text(N_OUT + 0.4, 1.9 - 0.2 * k, name, color=look.color, ha="right", va="center", fontsize=SMALL)
+        ax_sv.text(N_OUT + 0.4, 1.9 - 0.2 * k, name, color=style.text_color(look.color), ha="right", va="center", fontsize=SMALL)
     ax_sv.set(xlim=(0.6, N_OUT + 0.4), ylim=(-0.06, 2.06), xlabel=f"index i = 1 … {N_OUT}")
     ax_sv.set_xticks([])
     _cheap_yticks(ax_sv, [0, 1, 2], ["0", "1", "2"])

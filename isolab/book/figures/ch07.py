@@ -169,7 +169,8 @@ def _cloud_panel(ax) -> None:
         p = clouds["predicted"][b]
         ax.scatter([p[0]], [p[1]], s=40, color=color, edgecolors=style.ROLES["background"], linewidths=0.8, zorder=3)
         ax.annotate(f"b = {b}", (p[0].item(), p[1].item()), xytext=_CLOUD_LABELS.get(b, (-10, 0)),
-                    textcoords="offset points", ha="right", va="center", fontsize=_SMALL, color=color)
+                    textcoords="offset points", ha="right", va="center", fontsize=_SMALL,
+                    color=style.text_color(color))
     ax.scatter([1], [1], marker="*", s=160, color=style.ROLES["target"], zorder=4)
     ax.annotate("sgn(μ)", (1, 1), xytext=(8, 8), textcoords="offset points", ha="left", fontsize=_SMALL)
     ax.set(xlim=(-0.55, 1.35), ylim=(-0.55, 1.2), aspect="equal", xlabel="entry 1 of Adam's direction",
@@ -205,13 +206,17 @@ def sign_limit(batches=(1, 4, 16, 64, 256, 1024, 4096), labelled=(1, 16, 256, 40
     r = np.linspace(-1, 1, 801)
     ax.plot([-1, 0, 0, 1], [-1, -1, 1, 1], color=style.ROLES["target"], lw=3, alpha=0.25, zorder=0)
     ax.text(0.98, 1.04, "sgn(μ): sign descent", ha="right", va="bottom", fontsize=_SMALL)
-    for b, color in zip(batches, style.sequence(len(batches))):
-        y = r / np.sqrt(r**2 + 1.0 / b)
-        ax.plot(r, y, color=color, lw=2)
-        if b in labelled:
-            at_b = 0.1 / math.sqrt(0.01 + 1.0 / b)
-            ax.annotate(f"b = {b}", (0.1, at_b), xytext=(8, -2), textcoords="offset points", fontsize=_SMALL,
-                        color=color, va="top")
+    colors = dict(zip(batches, style.sequence(len(batches))))
+    for b, color in colors.items():
+        ax.plot(r, r / np.sqrt(r**2 + 1.0 / b), color=color, lw=2)
+    # labels where the curves cross μ = 0.1σ, pushed apart, on a halo over the curves behind them
+    crossings = [0.1 / math.sqrt(0.01 + 1.0 / b) for b in labelled]
+    halo = dict(facecolor=style.ROLES["background"], edgecolor="none", alpha=0.85, pad=0.6)
+    for b, at_b, y in zip(labelled, crossings, style.spread_labels(crossings, 0.2, upper=0.98)):
+        ax.plot([0.1], [at_b], "o", ms=4, color=colors[b], zorder=3)
+        ax.annotate(f"b = {b}", (0.1, at_b), xytext=(0.17, y), textcoords="data", fontsize=_SMALL, va="center",
+                    color=style.text_color(colors[b]), bbox=halo,
+                    arrowprops=dict(arrowstyle="-", color=colors[b], lw=0.8, shrinkA=0, shrinkB=2))
     ax.axvline(0.1, color=style.ROLES["bound"], lw=1, ls=":")
     at = 0.1 / math.sqrt(0.01 + 1.0 / batches[-1])
     ax.set(xlim=(-1, 1), ylim=(-1.1, 1.15), xlabel="true gradient of one entry, μ / σ (σ: one sample's noise)",
@@ -361,9 +366,9 @@ def _draw_batch_noise(fig, batch, beta2, eps):
     log_b_star = -2 * math.log10(eps)
     if log_b_star <= _LOG_B[-1]:
         ax_b.axvline(log_b_star, color=style.color("Adam"), ls=":", lw=1.5)
-        ax_b.text(log_b_star + 0.2, -6.6, "b* = 1/ε²", color=style.color("Adam"), fontsize=_SMALL)
+        ax_b.text(log_b_star + 0.2, -6.6, "b* = 1/ε²", color=style.text_color(style.color("Adam")), fontsize=_SMALL)
     else:
-        ax_b.text(0.2, -6.6, f"b* = 1/ε² = {eps**-2:.0e}: off the chart", color=style.color("Adam"), fontsize=_SMALL)
+        ax_b.text(0.2, -6.6, f"b* = 1/ε² = {eps**-2:.0e}: off the chart", color=style.text_color(style.color("Adam")), fontsize=_SMALL)
     ax_b.set(xlim=(0, 12), ylim=_LOG_YLIM, xlabel="batch size b", ylabel="‖step‖ / lr")
     _log_labels(ax_b, "x", [0, 6, 12])
     _log_labels(ax_b, "y", [-6, -3, 0])
@@ -372,7 +377,7 @@ def _draw_batch_noise(fig, batch, beta2, eps):
     for name, key in keys:
         ax_t.plot(_TRACE_STEPS, _log_trace(key, i), **style.line(name, **trace))
     ax_t.set(ylim=_LOG_YLIM, xlim=(0, _TRACE), xlabel="step (same y-axis as on the left)", yticks=[], xticks=[0, 150])
-    ax_t.set_title(f"one run at b = {batch:.0e}", fontsize=style.FONT_SIZE, color=style.ROLES["highlight"])
+    ax_t.set_title(f"one run at b = {batch:.0e}", fontsize=style.FONT_SIZE, color=style.text_color(style.ROLES["highlight"]))
 
 
 CAPTION = ("Zero true gradient, n = m = 8, the real optimizers fed the same batches: move the batch size b "

@@ -199,26 +199,6 @@ def twin_runs() -> dict:
 
 
 # ------------------------------------------------------------------ figures
-def _spread_labels(values, min_gap: float, upper: float = math.inf):
-    """Vertical positions (same units as ``values``) at least ``min_gap`` apart, each as
-    close to its value as the ordering allows (for direct labels that must not overlap)."""
-    order = np.argsort(values)
-    pos = np.asarray(values, dtype=float)[order].copy()
-    for i in range(1, len(pos)):
-        pos[i] = max(pos[i], pos[i - 1] + min_gap)
-    shift = (pos - np.asarray(values, dtype=float)[order]).mean()  # centre the block on the curves
-    pos -= shift / 2
-    for i in range(1, len(pos)):
-        pos[i] = max(pos[i], pos[i - 1] + min_gap)
-    if len(pos) and pos[-1] > upper:  # keep the block below the top of the axes
-        pos[-1] = upper
-        for i in range(len(pos) - 2, -1, -1):
-            pos[i] = min(pos[i], pos[i + 1] - min_gap)
-    out = np.empty_like(pos)
-    out[order] = pos
-    return out
-
-
 def _log_gap_axes(ax, steps: int, ticks=(1e-16, 1e-12, 1e-8, 1e-4, 1)):
     ax.set_yscale("log")
     ax.set_yticks(list(ticks), [f"{t:.0e}".replace("e-0", "e-").replace("1e+00", "1") for t in ticks])
@@ -238,9 +218,9 @@ def _label_curves(ax, ends: dict, log: bool, min_gap: float, x_end: float, upper
     names = list(ends)
     points = [ends[n] if isinstance(ends[n], tuple) else (x_end, ends[n]) for n in names]
     ys = np.array([math.log10(y) if log else y for _, y in points])
-    pos = _spread_labels(ys, min_gap, upper)
+    pos = style.spread_labels(ys, min_gap, upper)
     for name, (x, _), p in zip(names, points, pos):
-        ax.text(x + 0.015 * x_end, 10 ** p if log else p, name, color=style.color(name.split()[0]),
+        ax.text(x + 0.015 * x_end, 10 ** p if log else p, name, color=style.text_color(style.color(name.split()[0])),
                 fontsize=_SMALL, va="center", ha="left", clip_on=False)
 
 

@@ -63,7 +63,7 @@ def _direct_labels(ax, x, ends: dict, gap: float, fontsize=_SMALL):
     for name, y in sorted(ends.items(), key=lambda item: -item[1]):
         y_label = min([y] + [placed[-1] - gap] if placed else [y])
         placed.append(y_label)
-        ax.annotate(name, (x, y_label), xytext=(5, 0), textcoords="offset points", color=style.color(name),
+        ax.annotate(name, (x, y_label), xytext=(5, 0), textcoords="offset points", color=style.text_color(style.color(name)),
                     va="center", ha="left", fontsize=fontsize)
 
 
@@ -248,7 +248,6 @@ EXPLORE_KAPPAS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 EXPLORE_BASES = ("diagonal", "haar")
 EXPLORE_BATCHES = (16, 1024)
 _HEAT = colormaps["RdBu_r"].with_extremes(bad="none")  # the gaps between the maps stay blank
-_SHORT = {"SGD": "SGD", "Adam": "Adam", "Muon": "Muon", "Iso": "Iso", "IsoAdam": "IsoAd."}
 
 
 @functools.lru_cache(maxsize=None)
@@ -310,7 +309,7 @@ def draw_first_step(fig, kappa, basis, batch):
                color=style.ROLES["target"])
     ax.set(ylim=(0, 1), xticks=range(5), yticks=[0, 0.5, 1], ylabel="loss after tuned step / L(0)",
            title=f"κ = {kappa}, b = {batch}\nticks: b → ∞")
-    ax.set_xticklabels([_SHORT[k] for k in NAMES], rotation=45)
+    ax.set_xticklabels(list(NAMES), rotation=45, ha="right", rotation_mode="anchor")
 
 
 def muon_minus_iso(kappa, basis, batch) -> float:

@@ -87,7 +87,7 @@ def hero(X=None, G=None, transform=random_transform, kappa=100, draws=40) -> Fig
         for values in (size, effect):
             ax.plot([p], [values[i]], marker=spec.marker, ms=9, color=spec.color, ls="none", zorder=3)
         ax.annotate(NAMES[p].replace("≈ ", ""), (p, max(size[i], effect[i])), xytext=(0, 8),
-                    textcoords="offset points", ha="center", color=spec.color, fontsize=11)
+                    textcoords="offset points", ha="center", color=style.text_color(spec.color), fontsize=11)
     ax.set(xlim=(-0.04, 1.04), ylim=(-0.1, 1.25 * max(size.max(), effect.max())), xticks=[0, 0.25, 0.5, 0.75, 1],
            xlabel="exponent p in Cov(X)^-p ∇ Cov(G)^-p",
            ylabel=f"max |log10 ratio|, {draws} draws",

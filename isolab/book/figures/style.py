@@ -23,6 +23,7 @@ colour-blind-safe sequential map, rather than optimizer colours.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -32,8 +33,8 @@ import numpy as np
 from isolab.book.explorable import DISPLAY_DPI
 
 __all__ = [
-    "Look", "OPTIMIZERS", "ROLES", "look", "line", "color", "sequence", "use", "rc",
-    "colorbar", "label_end", "FIG_WIDTH", "DISPLAY_DPI", "FONT_SIZE",
+    "Look", "OPTIMIZERS", "ROLES", "look", "line", "color", "sequence", "text_color", "contrast", "use", "rc",
+    "colorbar", "label_end", "spread_labels", "FIG_WIDTH", "DISPLAY_DPI", "FONT_SIZE",
 ]
 
 #: Width of a full-width figure in inches (the page shows DISPLAY_DPI CSS pixels per inch).
@@ -72,7 +73,7 @@ OPTIMIZERS: dict[str, Look] = {
 ROLES: dict[str, str] = {
     "data": "#4477AA",        # samples, input clouds
     "target": "#000000",      # the steepest / ideal direction
-    "bound": "#777777",       # a theoretical bound or reference line
+    "bound": "#767676",       # a theoretical bound or reference line (the lightest grey text at 4.5:1)
     "highlight": "#EE7733",   # the one point the caption is about
     "muted": "#BBBBBB",       # context drawn behind the message
     "ink": "#000000",         # annotations: arrows, labels, outlines
@@ -117,6 +118,34 @@ def sequence(n: int, *, start: float = 0.15, stop: float = 0.85) -> list[tuple[f
         raise ValueError(f"sequence needs n >= 1, got {n}")
     cmap = matplotlib.colormaps["cividis"]
     return [cmap(x) for x in (np.linspace(stop, start, n) if n > 1 else [0.5 * (start + stop)])]
+
+
+def _luminance(rgb) -> float:
+    """WCAG relative luminance of an sRGB colour."""
+    c = np.asarray(rgb[:3], dtype=float)
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return float(c @ [0.2126, 0.7152, 0.0722])
+
+
+def contrast(a, b) -> float:
+    """WCAG contrast ratio of two colours (1 to 21; body text needs 4.5)."""
+    la, lb = sorted((_luminance(matplotlib.colors.to_rgb(a)), _luminance(matplotlib.colors.to_rgb(b))))
+    return (lb + 0.05) / (la + 0.05)
+
+
+def text_color(color, *, minimum: float = 4.5):
+    """``color`` darkened (mixed with black, so the hue stays) just enough for text in it
+    to reach a contrast of ``minimum`` against the page: a light end of :func:`sequence`
+    can colour a line, but a label in it would be unreadable. A colour that already reaches
+    ``minimum`` is returned as it was passed."""
+    page = ROLES["background"]
+    if contrast(color, page) >= minimum:
+        return color
+    rgb = np.asarray(matplotlib.colors.to_rgb(color))
+    for k in np.linspace(1.0, 0.0, 101):
+        if contrast(rgb * k, page) >= minimum:
+            return tuple(float(v) for v in rgb * k)
+    return (0.0, 0.0, 0.0)
 
 
 def rc() -> dict:
@@ -175,10 +204,31 @@ def colorbar(fig, mappable, ax, label: str, **kwargs):
     return bar
 
 
+def spread_labels(values, min_gap: float, upper: float = math.inf):
+    """Vertical positions (same units as ``values``) at least ``min_gap`` apart, each as
+    close to its value as the ordering allows (for direct labels that must not overlap)."""
+    order = np.argsort(values)
+    pos = np.asarray(values, dtype=float)[order].copy()
+    for i in range(1, len(pos)):
+        pos[i] = max(pos[i], pos[i - 1] + min_gap)
+    shift = (pos - np.asarray(values, dtype=float)[order]).mean()  # centre the block on the curves
+    pos -= shift / 2
+    for i in range(1, len(pos)):
+        pos[i] = max(pos[i], pos[i - 1] + min_gap)
+    if len(pos) and pos[-1] > upper:  # keep the block below the top of the axes
+        pos[-1] = upper
+        for i in range(len(pos) - 2, -1, -1):
+            pos[i] = min(pos[i], pos[i + 1] - min_gap)
+    out = np.empty_like(pos)
+    out[order] = pos
+    return out
+
+
 def label_end(ax, x: Sequence[float], y: Sequence[float], text: str, *, color: str | None = None,
               optimizer: str | None = None, dx: float = 4, dy: float = 0, **kwargs):
-    """Write ``text`` just right of the curve's last finite point, in the curve's colour:
-    a direct label instead of a legend. ``optimizer`` picks its colour."""
+    """Write ``text`` just right of the curve's last finite point, in the curve's colour
+    (darkened where needed to stay readable, :func:`text_color`): a direct label instead of
+    a legend. ``optimizer`` picks its colour."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     finite = np.isfinite(x) & np.isfinite(y)
     if not finite.any():
@@ -186,5 +236,5 @@ def label_end(ax, x: Sequence[float], y: Sequence[float], text: str, *, color: s
     i = np.flatnonzero(finite)[-1]
     if color is None:
         color = look(optimizer).color if optimizer else "black"
-    return ax.annotate(text, (x[i], y[i]), xytext=(dx, dy), textcoords="offset points", color=color,
+    return ax.annotate(text, (x[i], y[i]), xytext=(dx, dy), textcoords="offset points", color=text_color(color),
                        va="center", ha="left", fontsize=kwargs.pop("fontsize", FONT_SIZE - 1), **kwargs)
