@@ -22,12 +22,13 @@ Usage::
     python scripts/train_transformer.py --size full      # d 128, L 4 (787,584 parameters): about 155 minutes
     python scripts/train_transformer.py --size tiny --out /tmp/t.json   # seconds (tests)
     python scripts/train_transformer.py --size chapter --redo-edges     # choices on an edge: move the grid again
+    python scripts/train_transformer.py --size chapter --rechoose       # a saved file whose last search alone decided
     python scripts/train_transformer.py --size chapter --add adam2      # one more optimizer (here a control)
     python scripts/train_transformer.py --size chapter --add adam --budgets 2700   # a longer reference budget
 
 The saved chapter-size file was made by the first command with one move of a grid
-allowed, then ``--redo-edges`` (two, as in Chapter 10), ``--add adam2`` and ``--add adam
---budgets 2700``; the file records each command. ``--merge-from`` copies an extension
+allowed, then ``--redo-edges`` (two, as in Chapter 10), ``--add adam2``, ``--add
+isoadam2``, ``--add soap2`` and ``--rechoose``; the file records each command. ``--merge-from`` copies an extension
 made on a copy of a file that another run was still writing.
 """
 
@@ -141,6 +142,26 @@ def redo_edges(size: str, out: str | Path, threads: int = 1, log=print) -> dict:
                   threads=threads, log=log)
 
 
+def rechoose(size: str, out: str | Path, threads: int = 1, log=print) -> dict:
+    """:func:`extend` on every saved entry whose setting is not the best full-budget trial of
+    all its searches (the rule of :func:`isolab.book.lm_protocol.tune`; a file written when
+    the last search alone decided): the searches are kept, the held-out seeds rerun."""
+    results = lm.load_results(out)
+    if results is None:
+        raise FileNotFoundError(f"{out} does not exist: run the protocol first")
+    keys = []
+    for key, entry in results["tuned"].items():
+        name, searches = key.split("/")[0], entry["searches"]
+        at = P.best_of_searches(searches)
+        if at is not None and P.grid_trials(name, searches[at[0]]["shift"])[at[1]] != (entry["lr"], entry["side_lr"]):
+            keys.append(key)
+    if not keys:
+        log("every saved choice is already the best trial of its searches")
+        return results
+    return extend(size, out, keys, reason="the choice is the best full-budget trial of all the searches "
+                  "(a moved grid had dropped an earlier winner in its first rung)", threads=threads, log=log)
+
+
 def merge_extension(source: str | Path, out: str | Path) -> dict:
     """Copy the entries of ``source``'s last extension (made on a copy of ``out`` while
     another process still wrote ``out``) into ``out``, with its record."""
@@ -202,6 +223,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--redo-edges", action="store_true",
                     help="tune again the saved entries whose choice is on an edge of its grid")
+    ap.add_argument("--rechoose", action="store_true",
+                    help="rerun the held-out seeds of saved entries whose choice is not the best trial of its searches")
     ap.add_argument("--merge-from", default=None,
                     help="copy the entries of this file's last extension (made on a copy) into --out")
     ap.add_argument("--add", default=None, help="add one optimizer's entries to the saved file")
@@ -210,6 +233,9 @@ def main(argv=None):
     budgets = tuple(int(b) for b in args.budgets.split(",")) if args.budgets else None
     if args.redo_edges:
         redo_edges(args.size, out, threads=args.threads)
+        return
+    if args.rechoose:
+        rechoose(args.size, out, threads=args.threads)
         return
     if args.merge_from:
         merge_extension(args.merge_from, out)

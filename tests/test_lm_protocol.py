@@ -131,6 +131,25 @@ def test_search_moves_off_an_edge_and_keeps_an_equal_budget(monkeypatch):
     assert calls.count(30) == 9 * 2 * len(muon["searches"])
 
 
+def test_choice_is_the_best_full_budget_trial_of_every_search(monkeypatch):
+    """A moved grid can drop the earlier winner in its first rung (short runs favour larger
+    rates here); the setting returned is still the best one run to the end."""
+    top = math.log10(P.grid_values("adam")[0][-1])      # the long runs' optimum: the first grid's top edge
+
+    def fake_run(name, lr, side_lr, steps, seed, model_cfg, batch, data, **kw):
+        best = top + (1.0 if steps < 90 else 0.0)          # the short runs' optimum lies a decade higher
+        return {"loss": (math.log10(lr) - best) ** 2}
+
+    monkeypatch.setattr(P, "run", fake_run)
+    out = P.tune("adam", 90, model_cfg=None, batch=None, data=None, max_shifts=1)
+    first, moved = out["searches"]
+    assert P.grid_trials("adam", first["shift"])[first["chosen"]][0] == pytest.approx(10 ** top)  # on its edge
+    assert moved["rung2"][str(moved["chosen"])] > 0       # the moved search's own winner is worse
+    assert out["lr"] == pytest.approx(10 ** top) and out["tuning_loss"] == pytest.approx(0, abs=1e-24)
+    assert out["chosen_search"] == 0 and out["interior"]  # inside the values the two searches covered
+    assert P.best_of_searches(out["searches"]) == (0, first["chosen"])
+
+
 # ------------------------------------------------------------------ reading saved results
 def _protocol(losses):
     """A minimal results dict: ``losses[name][budget]`` = per-seed held-out losses."""

@@ -45,7 +45,8 @@ from .seeding import generator
 __all__ = [
     "OPTIMIZERS", "TWO_RATES", "CONTROLS", "FIXED", "GRIDS", "SIZES", "LABELS", "split_files", "join_files",
     "WindowSet", "window_set", "LMData", "load_data", "data_for", "window_losses", "mean_and_se", "build_optimizer",
-    "routing", "grid_values", "lr_factor", "run", "Trial", "tune", "heldout", "data_seed",
+    "routing", "grid_values", "grid_trials", "lr_factor", "run", "Trial", "tune", "best_of_searches", "heldout",
+    "data_seed",
 ]
 
 OPTIMIZERS = ("adam", "isoadam", "muon", "soap")
@@ -382,6 +383,12 @@ def grid_values(name: str, shift: Optional[Sequence[int]] = None) -> list[list[f
             for (first, spacing, count), s in zip(GRIDS[name], shift)]
 
 
+def grid_trials(name: str, shift: Sequence[int]) -> list[tuple[float, Optional[float]]]:
+    """``(lr, side_lr)`` of every trial of ``name``'s grid moved by ``shift``, in the order of
+    a search's ``trials``."""
+    return [(t.lr, t.side_lr) for t in _grid(name, shift)]
+
+
 def _grid(name: str, shift: Sequence[int]) -> list[Trial]:
     axes = grid_values(name, shift)
     if len(axes) == 1:
@@ -406,6 +413,35 @@ def _edges(name: str, search: dict) -> list[int]:
     return [-1 if k == 0 else 1 if k == c - 1 else 0 for k, c in zip(idx, counts)]
 
 
+def best_of_searches(searches: Sequence[dict]) -> Optional[tuple[int, int]]:
+    """``(search, trial)`` of the lowest full-budget tuning loss over *every* search (a later
+    search wins a tie), or ``None`` when every promoted trial diverged. A moved grid can
+    drop an earlier winner in its first rung, so the last search's choice alone may be
+    worse than a setting already run to the end."""
+    best = None
+    for si, search in enumerate(searches):
+        for i, v in search["rung2"].items():
+            if math.isfinite(v) and (best is None or v <= best[0]):
+                best = (v, si, int(i))
+    return None if best is None else best[1:]
+
+
+def _union_edges(name: str, searches: Sequence[dict], at: Optional[tuple[int, int]]) -> list[int]:
+    """Per tuned axis, -1 / +1 if the trial ``at`` (``(search, trial)``) sits on the low / high
+    edge of all the values searched on that axis, else 0; every axis -1 when ``at`` is None."""
+    counts = [c for (_, _, c) in GRIDS[name]]
+    if at is None:
+        return [-1] * len(counts)
+    si, i = at
+    idx = [i] if len(counts) == 1 else [i // counts[1], i % counts[1]]
+    out = []
+    for axis, (k, c) in enumerate(zip(idx, counts)):
+        shifts = [s["shift"][axis] for s in searches]
+        where = k + searches[si]["shift"][axis]
+        out.append(-1 if where == min(shifts) else 1 if where == max(shifts) + c - 1 else 0)
+    return out
+
+
 def tune(name: str, steps: int, *, model_cfg: LMConfig, batch: int, data: LMData, seeds: Sequence[int] = (0,),
          eta: int = 3, max_shifts: int = 2, log: Optional[Callable[[str], None]] = None,
          prior: Optional[Sequence[dict]] = None) -> dict:
@@ -414,10 +450,12 @@ def tune(name: str, steps: int, *, model_cfg: LMConfig, batch: int, data: LMData
     Every trial of the grid (:data:`GRIDS`, nine for every optimizer) first runs ``steps
     // eta`` steps with its own schedule on every tuning seed; the best third (by the
     median tuning loss over ``seeds``) then run all ``steps``, and the best of those is
-    chosen. A promoted trial that diverges is replaced by the next best of the first
-    rung. If the choice sits on an edge of its grid, the grid moves by half its width
-    in that direction and the search is repeated (at most ``max_shifts`` times, as in
-    Chapter 10, each at the same cost, all recorded). ``prior`` are the searches of an
+    the search's choice. A promoted trial that diverges is replaced by the next best of
+    the first rung. If the choice sits on an edge of its grid, the grid moves by half its
+    width in that direction and the search is repeated (at most ``max_shifts`` times, as
+    in Chapter 10, each at the same cost, all recorded). The setting returned is the best
+    full-budget trial of all the searches; it is ``interior`` when it lies inside the
+    values searched on every axis. ``prior`` are the searches of an
     earlier call with the same arguments and a smaller ``max_shifts`` (runs are
     deterministic, so they are not repeated). Returns the choice, whether it is
     interior, and every rung's trials and scores."""
@@ -450,13 +488,13 @@ def tune(name: str, steps: int, *, model_cfg: LMConfig, batch: int, data: LMData
             log(f"{name} T={steps} shift={shift}: " + ("all diverged" if best is None else
                 f"chosen {trials[best]} tuning loss {second[best]:.4f}"))
         shift = [s + e * ((c - 1) // 2) for s, e, (_, _, c) in zip(shift, _edges(name, searches[-1]), GRIDS[name])]
-    final = searches[-1]
-    if final["chosen"] is None:
+    at = best_of_searches(searches)
+    if at is None:
         raise RuntimeError(f"every trial of {name} diverged at {steps} steps, even after moving the grid")
-    chosen = _grid(name, final["shift"])[final["chosen"]]
+    chosen = _grid(name, searches[at[0]]["shift"])[at[1]]
     return {"optimizer": name, "steps": steps, "lr": chosen.lr, "side_lr": chosen.side_lr,
-            "tuning_loss": final["rung2"][str(final["chosen"])], "interior": not any(_edges(name, final)),
-            "searches": searches, "tuning_seeds": list(seeds), "eta": eta}
+            "tuning_loss": searches[at[0]]["rung2"][str(at[1])], "interior": not any(_union_edges(name, searches, at)),
+            "chosen_search": at[0], "searches": searches, "tuning_seeds": list(seeds), "eta": eta}
 
 
 def heldout(name: str, tuned: dict, seeds: Sequence[int], *, model_cfg: LMConfig, batch: int, data: LMData,
