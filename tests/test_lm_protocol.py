@@ -266,6 +266,10 @@ def test_saved_protocol_is_complete_and_interior(size):
         assert entry["interior"] or key in EDGES_REPORTED, f"{key}: the chosen rate is on the edge of its grid"
         assert all(len(s["trials"]) == 9 for s in entry["searches"])
         assert len(saved["heldout"][key]["runs"]) == len(meta["heldout_seeds"]) >= 3
+        # the setting is the best full-length trial of every search (lm_protocol.tune's rule)
+        at = P.best_of_searches(entry["searches"])
+        assert P.grid_trials(key.split("/")[0], entry["searches"][at[0]]["shift"])[at[1]] == \
+            (entry["lr"], entry["side_lr"]), f"{key}: not the best trial of its searches"
 
 
 def test_saved_chapter_runs_rerun():

@@ -41,7 +41,7 @@ def test_tune_picks_the_best_trial_inside_its_grid_and_names_every_hyperparamete
              tuning_seeds=(0, 1), dtype=torch.float64)
     assert set(t.hyper) == set(DEFAULTS["sgd"]), "every hyperparameter by name"
     assert len(t.trials) == 12 * (t.shifts + 1)
-    assert t.score == min(s for _, _, s in t.trials[-12:])
+    assert t.score == min(s for _, _, s in t.trials)           # every trial ran all 30 steps: the best of all
     assert t.interior and t.lr not in (t.lr_range[0], t.lr_range[1])
     # the choice is the median over the tuning seeds of the engine's own scores
     s = sweep(SMALL, "sgd", [t.lr], 30, seeds=(0, 1), hyper=t.hyper, dtype=torch.float64, progress=False)
@@ -55,6 +55,29 @@ def test_a_best_rate_at_the_edge_moves_the_grid():
     moved = tune(SMALL, "sgd", 20, budget=6, lr_range=(1e-5, 1e-4), max_shifts=6, dtype=torch.float64)
     assert moved.shifts >= 1 and moved.lr > 1e-4
     assert len(moved.trials) == 6 * (moved.shifts + 1), "every shift costs the same budget again, recorded"
+
+
+def test_the_kept_setting_is_the_best_full_length_trial_of_every_search(monkeypatch):
+    """Successive halving on a moved grid can drop the earlier winner in its first rung
+    (short runs favour larger rates here); the setting kept is still the best one that ran
+    all the steps, and it is interior to the rates searched."""
+    from isolab.book.engine import tuning
+
+    top = 1e-2  # the long runs' optimum, the first grid's top edge; short runs prefer 10x more
+
+    def fake_run(problem, optimizer, hyper, lrs, steps, seeds, metric, threshold, sweep_kw):
+        best = math.log10(top) + (1.0 if steps < 81 else 0.0)
+        return np.array([[(math.log10(lr) - best) ** 2 for lr in lrs] for _ in seeds])
+
+    monkeypatch.setattr(tuning, "_run", fake_run)
+    t = tune(SMALL, "sgd", 81, budget=9, lr_range=(1e-4, top), halving=3, rungs=3, max_shifts=1)
+    last = [r for r in t.rungs if r["steps"] == 81]
+    assert len(last) == 2 and t.shifts == 1
+    first_best = min(last[0]["trials"], key=lambda x: x[2])
+    moved_best = min(last[1]["trials"], key=lambda x: x[2])
+    assert first_best[1] == pytest.approx(top) and moved_best[2] > first_best[2]   # the move made it worse
+    assert t.lr == pytest.approx(top) and t.score == pytest.approx(0.0, abs=1e-24)
+    assert t.interior                                                               # inside the two grids
 
 
 def test_iterations_metric_ranks_slow_lanes_and_needs_a_threshold():

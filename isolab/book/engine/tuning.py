@@ -21,7 +21,9 @@ the one every Part III experiment follows:
 4. **Successive halving** (optional, ``halving=eta``): every trial first runs a fraction
    ``1/eta^(rungs-1)`` of the steps on the tuning seeds; the best ``1/eta`` of them (median
    score over the tuning seeds at that length) run ``eta`` times longer, and so on until
-   the survivors run all ``steps``; the best of those is chosen. Every optimizer gets the
+   the survivors run all ``steps``; the best of those is the search's choice. After a
+   moved grid, the setting kept is the best full-length trial of all the searches (the
+   move can drop the earlier winner in an early rung). Every optimizer gets the
    same rungs, so the budget stays equal; a rung restarts its trials from step 0 (runs
    are cheap to redo and exactly the same as a run of that length). A promoted trial
    that diverges at the longer length is replaced by the next best of the previous rung
@@ -71,7 +73,7 @@ class Tuned:
     ``hyper`` is complete (every hyperparameter of the optimizer by name), ``lr`` the chosen
     rate, ``score`` its median over the tuning seeds. ``trials`` holds every configuration
     tried with its median score, ``shifts`` how often the lr grid was moved off an edge,
-    ``interior`` whether the final choice is inside its grid.
+    ``interior`` whether the kept choice lies inside the learning rates searched (all grids).
     """
 
     optimizer: str
@@ -228,6 +230,8 @@ def tune(problem, optimizer: str, steps: int, *, budget: int, lr_range: tuple[fl
     lo, hi = map(float, lr_range)
     shifts, history, rung_log = 0, [], []
     lengths = rung_steps(steps, halving, rungs)
+    kept = None  # (hyper, lr, score): the best full-length trial of all the searches so far
+    searched: list[float] = []  # every learning rate of every grid
     while True:
         trials = trial_grid(combos, budget, (lo, hi))
         grid = sorted({t.lr for t in trials})
@@ -261,8 +265,13 @@ def tune(problem, optimizer: str, steps: int, *, budget: int, lr_range: tuple[fl
         # every trial once, with its score at the last rung it reached
         history += [(resolve_hyper(optimizer, cand[i][0]), cand[i][1], latest[i]) for i in sorted(latest)]
         scored = [(cand[i][0], cand[i][1], sc_r[i]) for i in ran]
+        searched += grid
         best = min(scored, key=lambda x: x[2]) if scored else None
+        if best is not None and math.isfinite(best[2]) and (kept is None or best[2] <= kept[2]):
+            kept = best  # a later search wins a tie
         if best is None or not math.isfinite(best[2]):
+            if shifts == max_shifts and kept is not None:
+                break  # an earlier search's trial stands
             if shifts == max_shifts:
                 raise RuntimeError(f"{optimizer}: every trial over lr {lo:.3g}..{hi:.3g} diverged; widen lr_range")
             factor = lo / hi  # every trial diverged: the whole grid moves below itself (one shift, recorded)
@@ -274,9 +283,12 @@ def tune(problem, optimizer: str, steps: int, *, budget: int, lr_range: tuple[fl
         half = (math.log10(hi) - math.log10(lo)) / 2
         factor = 10 ** (-half if at_low else half)
         lo, hi, shifts = lo * factor, hi * factor, shifts + 1
-    hyper, lr, score = best
+    # the setting kept is the best full-length trial of *all* the searches: a moved grid can
+    # drop the earlier winner in an early rung, and its own winner can then be worse
+    hyper, lr, score = kept
+    interior = min(searched) < lr < max(searched)
     return Tuned(optimizer, resolve_hyper(optimizer, hyper), float(lr), score, metric, int(steps),
-                 tuple(int(s) for s in tuning_seeds), budget, (lo, hi), not (at_low or at_high), shifts, history,
+                 tuple(int(s) for s in tuning_seeds), budget, (lo, hi), interior, shifts, history,
                  halving, rung_log)
 
 
