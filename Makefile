@@ -45,10 +45,17 @@ PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 M
 check-outputs: $(STAMP)
 	$(PY) scripts/check_outputs.py
 
+# The unit tests and nbval are each one process on one core: they run side by side (the
+# nbval log is printed when both are done), and the target fails if either fails.
 test: book chromium colab-env
 	$(PY) scripts/check_outputs.py
-	$(PY) -m pytest tests -p no:cacheprovider
-	$(PERTURBED) $(PY) -m pytest book --nbval-lax --nbval-current-env -p no:cacheprovider
+	@$(PERTURBED) $(PY) -m pytest book --nbval-lax --nbval-current-env -p no:cacheprovider \
+	  > _build/nbval-perturbed.log 2>&1 & nbval=$$!; \
+	$(PY) -m pytest tests -p no:cacheprovider; unit=$$?; \
+	wait $$nbval; perturbed=$$?; \
+	echo "== nbval under $(PERTURBED) (ran beside the unit tests) =="; cat _build/nbval-perturbed.log; \
+	echo "unit tests: exit $$unit; perturbed nbval: exit $$perturbed"; \
+	test $$unit -eq 0 && test $$perturbed -eq 0
 
 # Re-execute the chapters and rewrite their committed outputs (after an intended change).
 outputs: $(STAMP)
