@@ -260,7 +260,7 @@ def test_saved_protocol_is_complete_and_interior(size):
     assert meta["size"] == size and meta["command"].startswith("python scripts/train_transformer.py")
     keys = {f"{n}/{b}" for n in P.SIZES[size]["saved"] for b in meta["budgets"]}
     assert keys <= set(saved["tuned"]) == set(saved["heldout"])
-    assert {k.split("/")[0] for k in saved["tuned"]} <= set(P.OPTIMIZERS + P.CONTROLS)
+    assert {k.split("/")[0] for k in saved["tuned"]} <= set(P.OPTIMIZERS + P.TWO_RATES)
     for key, entry in saved["tuned"].items():
         # a choice on an edge is allowed only where Chapter 11 says so (its tuned table marks it)
         assert entry["interior"] or key in EDGES_REPORTED, f"{key}: the chosen rate is on the edge of its grid"

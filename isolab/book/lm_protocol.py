@@ -43,7 +43,7 @@ from .lm import LMConfig, TransformerLM, sample_batch, stdlib_files
 from .seeding import generator
 
 __all__ = [
-    "OPTIMIZERS", "TWO_RATES", "CONTROLS", "FIXED", "GRIDS", "SIZES", "LABELS", "split_files", "join_files",
+    "OPTIMIZERS", "TWO_RATES", "FIXED", "GRIDS", "SIZES", "LABELS", "split_files", "join_files",
     "WindowSet", "window_set", "LMData", "load_data", "data_for", "window_losses", "mean_and_se", "build_optimizer",
     "routing", "grid_values", "grid_trials", "lr_factor", "run", "Trial", "tune", "best_of_searches", "heldout",
     "data_seed",
@@ -53,7 +53,6 @@ OPTIMIZERS = ("adam", "isoadam", "muon", "soap")
 #: the same optimizers given Muon's freedom: a rate of their own for the embeddings, head and
 #: gains (the same nine trials, as a 3 × 3 grid)
 TWO_RATES = ("adam2", "isoadam2", "soap2")
-CONTROLS = TWO_RATES
 LABELS = {"adam": "Adam", "isoadam": "IsoAdam", "muon": "Muon", "soap": "SOAP", "adam2": "Adam, two rates",
           "isoadam2": "IsoAdam, two rates", "soap2": "SOAP, two rates"}
 
@@ -253,7 +252,7 @@ def build_optimizer(name: str, model: TransformerLM, lr: float, side_lr: Optiona
     :data:`TWO_RATES` forms) or ``lr`` (the others, which have one rate). Every param group carries its peak rate as
     ``"peak_lr"``, which :func:`run`'s schedule multiplies."""
     if name not in FIXED:
-        raise ValueError(f"unknown optimizer {name!r}; choose from {OPTIMIZERS + CONTROLS}")
+        raise ValueError(f"unknown optimizer {name!r}; choose from {OPTIMIZERS + TWO_RATES}")
     two = len(GRIDS[name]) == 2
     if (side_lr is not None) != two:
         raise ValueError(f"{name!r} takes side_lr={'a rate' if two else 'None'}, got {side_lr!r}")
@@ -402,6 +401,13 @@ def _median(values: Sequence[float]) -> float:
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
+def _axis_indices(name: str, trial: int) -> list[int]:
+    """A trial's position on each tuned axis (its grid is the product of the axes, the
+    matrices' rate outermost, as :func:`_grid` lays it out)."""
+    counts = [c for (_, _, c) in GRIDS[name]]
+    return [trial] if len(counts) == 1 else [trial // counts[1], trial % counts[1]]
+
+
 def _edges(name: str, search: dict) -> list[int]:
     """Per tuned axis, -1 / +1 if ``search``'s choice sits on the low / high edge of its
     grid, else 0; every axis -1 when every trial diverged."""
@@ -409,7 +415,7 @@ def _edges(name: str, search: dict) -> list[int]:
     best = search["chosen"]
     if best is None:
         return [-1] * len(counts)
-    idx = [best] if len(counts) == 1 else [best // counts[1], best % counts[1]]
+    idx = _axis_indices(name, best)
     return [-1 if k == 0 else 1 if k == c - 1 else 0 for k, c in zip(idx, counts)]
 
 
@@ -433,7 +439,7 @@ def _union_edges(name: str, searches: Sequence[dict], at: Optional[tuple[int, in
     if at is None:
         return [-1] * len(counts)
     si, i = at
-    idx = [i] if len(counts) == 1 else [i // counts[1], i % counts[1]]
+    idx = _axis_indices(name, i)
     out = []
     for axis, (k, c) in enumerate(zip(idx, counts)):
         shifts = [s["shift"][axis] for s in searches]

@@ -31,7 +31,7 @@ from isolab.book.figures.ch10 import look as _look10, plain_log_ticks
 
 __all__ = ["budget_figure", "interval_figure", "tuning_figure", "live_figure", "timing_figure", "replay", "EXPLORABLES"]
 
-ORDER = ("adam", "soap", "isoadam", "muon")
+ORDER = R.CONTENDERS  # adam, soap, isoadam, muon: one rate for all but Muon
 _OFFSET = {"adam": -0.045, "soap": -0.015, "isoadam": 0.015, "muon": 0.045,   # log10: the bars apart
            "adam2": -0.03, "soap2": 0.0, "isoadam2": 0.03}
 
@@ -233,7 +233,7 @@ def timing_figure(timing: Mapping) -> Figure:
 
 #: the explorable's two protocols: every optimizer with a rate of its own for the embeddings,
 #: head and gains, or (Muon apart) one rate for everything
-PROTOCOLS = {"two rates": ("adam2", "soap2", "isoadam2", "muon"), "one rate": ("adam", "soap", "isoadam", "muon")}
+PROTOCOLS = {"two rates": ("adam2", "soap2", "isoadam2", "muon"), "one rate": ORDER}
 
 
 def replay(protocol: Optional[Mapping] = None) -> Explorable:
