@@ -94,6 +94,14 @@ def _entry(results, name, steps, cfg, kw, baseline, log, prior=None):
             f"{s['median']:.4f} [{s['interval90'][0]:.4f}, {s['interval90'][1]:.4f}]; {time.perf_counter() - t:.0f} s")
 
 
+def _saved(out: str | Path) -> dict:
+    """The saved results at ``out``, which an extension needs to exist."""
+    results = lm.load_results(out)
+    if results is None:
+        raise FileNotFoundError(f"{out} does not exist: run the protocol first")
+    return results
+
+
 def extend(size: str, out: str | Path, keys, *, reason: str, threads: int = 1, log=print) -> dict:
     """Run the entries ``keys`` (``"optimizer/steps"``) of a saved file again or for the first
     time, leaving the others as they are. An entry that exists keeps its saved searches
@@ -102,9 +110,7 @@ def extend(size: str, out: str | Path, keys, *, reason: str, threads: int = 1, l
     for the paired errors, and must reproduce the saved losses. The file records the
     command, the keys and ``reason``."""
     torch.set_num_threads(threads)
-    results = lm.load_results(out)
-    if results is None:
-        raise FileNotFoundError(f"{out} does not exist: run the protocol first")
+    results = _saved(out)
     cfg = P.SIZES[size]
     t0 = time.perf_counter()
     data = P.data_for(size)
@@ -134,9 +140,7 @@ def extend(size: str, out: str | Path, keys, *, reason: str, threads: int = 1, l
 def redo_edges(size: str, out: str | Path, threads: int = 1, log=print) -> dict:
     """:func:`extend` on every saved entry whose choice ended on an edge of its grid (a
     file written when fewer moves were allowed)."""
-    results = lm.load_results(out)
-    if results is None:
-        raise FileNotFoundError(f"{out} does not exist: run the protocol first")
+    results = _saved(out)
     keys = [k for k, e in results["tuned"].items() if not e["interior"]]
     return extend(size, out, keys, reason=f"choices on an edge, tuned again with up to {MAX_SHIFTS} moves",
                   threads=threads, log=log)
@@ -146,9 +150,7 @@ def rechoose(size: str, out: str | Path, threads: int = 1, log=print) -> dict:
     """:func:`extend` on every saved entry whose setting is not the best full-budget trial of
     all its searches (the rule of :func:`isolab.book.lm_protocol.tune`; a file written when
     the last search alone decided): the searches are kept, the held-out seeds rerun."""
-    results = lm.load_results(out)
-    if results is None:
-        raise FileNotFoundError(f"{out} does not exist: run the protocol first")
+    results = _saved(out)
     keys = []
     for key, entry in results["tuned"].items():
         name, searches = key.split("/")[0], entry["searches"]
