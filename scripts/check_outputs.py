@@ -7,8 +7,8 @@ in for another CPU. nbval checks the second execution; this script checks the fi
 by reading the build's execution cache, so a checked output that depends on the machine
 fails on the machine that introduced it without a third execution.
 
-Outputs are compared as nbval compares them with ``--nbval-lax``: only cells marked
-``# NBVAL_CHECK_OUTPUT``, streams of the same name merged, every output field except
+Outputs are compared as nbval compares them with ``--nbval-lax``: only cells tagged
+``nbval-check-output``, streams of the same name merged, every output field except
 images, widget views, metadata and execution counts.
 
 Usage::
@@ -19,7 +19,10 @@ Usage::
 ``--execute`` runs each chapter in a fresh kernel that inherits this process's
 environment, so ``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1
 python scripts/check_outputs.py --execute`` tries the committed outputs against another
-set of kernels. Exits 1 if any checked output differs (each difference is printed).
+set of kernels, and ``ISOLAB_JITTER=1e-6 ISOLAB_JITTER_SEED=7 python
+scripts/check_outputs.py --execute`` against inputs perturbed by a rounding-sized amount
+(``isolab.book.seeding``), which stands in for any CPU. ``--jobs 2`` executes two chapters
+at a time. Exits 1 if any checked output differs (each difference is printed).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / ".jupyter_cache"
-MARKER = "NBVAL_CHECK_OUTPUT"
+TAG = "nbval-check-output"
 #: Output fields nbval does not compare (besides images, with --nbval-lax and no nbdime).
 SKIPPED = {"metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
            "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg"}
@@ -44,7 +47,7 @@ SKIPPED = {"metadata", "traceback", "prompt_number", "output_type", "name", "exe
 
 def checked_cells(nb) -> list[int]:
     """Indices (over all cells) of the code cells whose outputs nbval compares."""
-    return [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and MARKER in cell.source]
+    return [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and TAG in cell.metadata.get("tags", [])]
 
 
 def comparable(outputs) -> dict[str, list[str]]:
@@ -108,14 +111,21 @@ def from_cache(path: Path):
     return merged
 
 
-def execute(path: Path):
-    """Execute ``path`` in a fresh kernel with this process's environment."""
+def execute(path: Path, keep_going: bool = False):
+    """Execute ``path`` in a fresh kernel with this process's environment (with
+    ``keep_going``, a cell that raises is recorded in its outputs and execution goes on)."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     os.environ.setdefault("ISOLAB_EXPLORABLE", "none")
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=keep_going,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
     return nb
+
+
+def _timed_execute(path: Path, keep_going: bool):
+    start = time.perf_counter()
+    return execute(path, keep_going), time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,16 +133,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="*", type=Path)
     parser.add_argument("--execute", action="store_true", help="execute the chapters now instead of reading the build's cache")
     parser.add_argument("--save", type=Path, help="write each executed notebook into this folder (to read its other outputs)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --execute, chapters executed at a time (one kernel each)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="with --execute, record a cell that raises as a difference and go on")
     args = parser.parse_args(argv)
     chapters = args.chapters or sorted((ROOT / "book").glob("ch*.ipynb"))
     source = "executed here" if args.execute else "the build's execution cache"
     print(f"checked outputs against {source}; ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')!r} "
-          f"MKL_CBWR={os.environ.get('MKL_CBWR', '')!r} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')!r}")
+          f"MKL_CBWR={os.environ.get('MKL_CBWR', '')!r} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')!r} "
+          f"ISOLAB_JITTER={os.environ.get('ISOLAB_JITTER', '')!r} ISOLAB_JITTER_SEED={os.environ.get('ISOLAB_JITTER_SEED', '')!r}")
     failures, total = [], 0
-    for path in chapters:
+    if args.execute:
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=max(1, args.jobs))
+        runs = [pool.submit(_timed_execute, path, args.keep_going) for path in chapters]
+    for k, path in enumerate(chapters):
         committed = nbformat.read(path, as_version=4)
-        start = time.perf_counter()
-        executed = execute(path) if args.execute else from_cache(path)
+        if args.execute:
+            executed, seconds = runs[k].result()
+        else:
+            executed = from_cache(path)
         found = differences(committed, executed, path.name)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
@@ -140,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         total += len(checked_cells(committed))
         failures += found
         print(f"{path.name}: {len(checked_cells(committed))} checked cells, {len(found)} differ"
-              + (f" ({time.perf_counter() - start:.0f} s)" if args.execute else ""), flush=True)
+              + (f" ({seconds:.0f} s)" if args.execute else ""), flush=True)
         for report in found:
             print(report, flush=True)
     print(f"{len(failures)} of {total} checked cells differ from the committed outputs")

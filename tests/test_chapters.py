@@ -51,7 +51,14 @@ def visible_code(nb: dict) -> list[dict]:
 
 
 def checked_text(cell: dict) -> str:
-    return "".join("".join(o.get("text", "")) for o in cell.get("outputs", []) if o["output_type"] == "stream")
+    """A cell's printed text: its streams and the plain-text form of what it displays."""
+    return "".join("".join(o["text"]) if o["output_type"] == "stream" else "".join(o.get("data", {}).get("text/plain", ""))
+                   for o in cell.get("outputs", []))
+
+
+def checked_cells(nb: dict) -> list[dict]:
+    """The code cells whose outputs nbval compares (tagged ``nbval-check-output``)."""
+    return [c for c in nb["cells"] if c["cell_type"] == "code" and "nbval-check-output" in c.get("metadata", {}).get("tags", [])]
 
 
 def toc_files() -> list[str]:
@@ -112,13 +119,23 @@ class TestChapter:
 
     def test_checked_cells_have_committed_outputs_and_no_errors(self, chapter):
         nb = load(chapter)
-        checked = [c for c in nb["cells"] if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
-        assert checked, "a chapter must print numerical checks in NBVAL_CHECK_OUTPUT cells"
+        checked = checked_cells(nb)
+        assert checked, "a chapter must print numerical checks in cells tagged nbval-check-output"
         for cell in checked:
             assert cell["outputs"], f"checked cell without a committed output:\n{''.join(cell['source'])[:200]}"
         for cell in nb["cells"]:
             for out in cell.get("outputs", []):
                 assert out["output_type"] != "error"
+
+    def test_no_test_marker_in_the_code_and_no_failed_claim_in_the_outputs(self, chapter):
+        """nbval's markers live in the cells' tags (no reader sees them); a claim the book
+        makes raises when it fails, so no committed output can show one failing."""
+        nb = load(chapter)
+        marked = [src[:60] for src in code_cells(nb) if "NBVAL_" in src]
+        assert not marked, f"nbval markers in the code (use the cell tag nbval-check-output): {marked}"
+        text = "\n".join(checked_text(c) for c in nb["cells"] if c["cell_type"] == "code")
+        failed = [line for line in text.splitlines() if re.match(r"^(NO\b|✗ \d+ of \d+ checks fail)", line.strip())]
+        assert not failed, f"committed outputs show failed checks: {failed[:5]}"
 
     def test_anatomy(self, chapter):
         nb = load(chapter)
@@ -149,7 +166,7 @@ class TestTeachesAtAGlance:
         assert not long, f"visible code cells over 15 lines (hide them or move the code to isolab.book.figures): {long}"
 
     def test_checked_cells_print_claims_not_bare_booleans(self, chapter):
-        cells = [c for c in load(chapter)["cells"] if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
+        cells = checked_cells(load(chapter))
         bare = [checked_text(c)[:80] for c in cells if BARE_BOOL.search(checked_text(c))]
         assert not bare, f"checked outputs print bare True/False (use isolab.book.checks.report): {bare}"
 

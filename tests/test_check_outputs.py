@@ -13,10 +13,15 @@ def stream(text, name="stdout"):
     return nbformat.v4.new_output("stream", name=name, text=text)
 
 
+CHECKED = "# checked\n"  # a source starting so is tagged nbval-check-output
+
+
 def notebook(*cells):
     nb = nbformat.v4.new_notebook()
     for source, outputs in cells:
-        cell = nbformat.v4.new_code_cell(source)
+        cell = nbformat.v4.new_code_cell(source.removeprefix(CHECKED))
+        if source.startswith(CHECKED):
+            cell.metadata["tags"] = ["nbval-check-output"]
         cell.outputs = outputs
         nb.cells.append(cell)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("# a chapter"))
@@ -32,9 +37,9 @@ def test_comparable_merges_streams_and_ignores_what_nbval_ignores():
 
 
 def test_differences_report_checked_cells_only():
-    committed = notebook(("# NBVAL_CHECK_OUTPUT\nprint(x)", [stream("loss 0.066\n")]), ("print(y)", [stream("1.5\n")]))
-    same = notebook(("# NBVAL_CHECK_OUTPUT\nprint(x)", [stream("loss 0.066\n")]), ("print(y)", [stream("1.7\n")]))
-    moved = notebook(("# NBVAL_CHECK_OUTPUT\nprint(x)", [stream("loss 0.067\n")]), ("print(y)", [stream("1.5\n")]))
+    committed = notebook((CHECKED + "print(x)", [stream("loss 0.066\n")]), ("print(y)", [stream("1.5\n")]))
+    same = notebook((CHECKED + "print(x)", [stream("loss 0.066\n")]), ("print(y)", [stream("1.7\n")]))
+    moved = notebook((CHECKED + "print(x)", [stream("loss 0.067\n")]), ("print(y)", [stream("1.5\n")]))
     assert check.differences(committed, same, "ch") == []
     [report] = check.differences(committed, moved, "ch")
     assert "cell 1" in report and "-loss 0.066" in report and "+loss 0.067" in report
@@ -43,10 +48,10 @@ def test_differences_report_checked_cells_only():
 def test_reads_the_build_cache_and_fails_on_a_moved_number(tmp_path, monkeypatch, capsys):
     from jupyter_cache import get_cache
 
-    committed = notebook(("# NBVAL_CHECK_OUTPUT\nprint('loss', 0.066)", [stream("loss 0.066\n")]))
+    committed = notebook((CHECKED + "print('loss', 0.066)", [stream("loss 0.066\n")]))
     chapter = tmp_path / "ch99_test.ipynb"
     nbformat.write(committed, chapter)
-    executed = notebook(("# NBVAL_CHECK_OUTPUT\nprint('loss', 0.066)", [stream("loss 0.067\n")]))
+    executed = notebook((CHECKED + "print('loss', 0.066)", [stream("loss 0.067\n")]))
     executed_path = tmp_path / "executed.ipynb"
     nbformat.write(executed, executed_path)
     cache_dir = tmp_path / "cache"
@@ -57,7 +62,7 @@ def test_reads_the_build_cache_and_fails_on_a_moved_number(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "1 of 1 checked cells differ" in out and "+loss 0.067" in out
 
-    nbformat.write(notebook(("# NBVAL_CHECK_OUTPUT\nprint('loss', 0.066)", [stream("loss 0.066\n")])), executed_path)
+    nbformat.write(notebook((CHECKED + "print('loss', 0.066)", [stream("loss 0.066\n")])), executed_path)
     get_cache(str(cache_dir)).cache_notebook_file(str(executed_path), check_validity=False, overwrite=True)
     assert check.main([str(chapter)]) == 0
 
@@ -70,6 +75,6 @@ def test_a_chapter_missing_from_the_cache_is_an_error_not_a_pass(tmp_path, monke
     get_cache(str(tmp_path / "cache")).cache_notebook_file(str(other), check_validity=False)
     monkeypatch.setattr(check, "CACHE", tmp_path / "cache")
     chapter = tmp_path / "ch99_test.ipynb"
-    nbformat.write(notebook(("# NBVAL_CHECK_OUTPUT\nprint(1)", [stream("1\n")])), chapter)
+    nbformat.write(notebook((CHECKED + "print(1)", [stream("1\n")])), chapter)
     with pytest.raises(SystemExit, match="no executed copy"):
         check.main([str(chapter)])

@@ -74,11 +74,12 @@ def test_visible_snippets_are_short_and_checked_claims_all_hold():
     hidden = {"hide-input", "remove-input", "remove-cell"}
     visible = [source(c) for c in cells() if c["cell_type"] == "code" and not hidden & set(c["metadata"].get("tags", []))]
     assert visible and all(len(s.splitlines()) <= 15 for s in visible), [s[:40] for s in visible if len(s.splitlines()) > 15]
-    checked = [c for c in cells() if c["cell_type"] == "code" and source(c).startswith("# NBVAL_CHECK_OUTPUT")]
+    checked = [c for c in cells() if c["cell_type"] == "code" and "nbval-check-output" in c["metadata"].get("tags", [])]
     assert len(checked) >= 7
-    text = "".join("".join(o.get("text", "")) for c in checked for o in c["outputs"])
-    assert text.count("\nyes  ") + text.startswith("yes  ") >= 15
-    assert not re.search(r"^NO ", text, re.MULTILINE), "a claim on the page does not hold in the committed outputs"
+    text = "".join("".join(o["text"]) if "text" in o else "".join(o.get("data", {}).get("text/plain", ""))
+                   for c in checked for o in c["outputs"])
+    assert len(re.findall(r"^  ✓ ", text, re.MULTILINE)) >= 15
+    assert not re.search(r"^(NO |  ✗ )", text, re.MULTILINE), "a claim on the page does not hold in the committed outputs"
 
 
 def test_the_settings_table_names_real_arguments():

@@ -21,3 +21,7 @@ top level holds only the library (:mod:`isolab.optim`, :mod:`isolab.linalg`,
 - :mod:`isolab.book.checks`, :mod:`isolab.book.seeding`: a section's checks printed for
   people; seeding every generator a chapter touches.
 """
+
+from isolab.book.seeding import install_from_environment as _install_jitter
+
+_install_jitter()  # ISOLAB_JITTER: every random draw perturbed by a rounding-sized amount (see seeding)

@@ -308,12 +308,17 @@ class RoutedOptimizer(Optimizer):
         p, gi = owners[bad]
         raise FloatingPointError(
             f"{type(self).__name__}: non-finite (NaN or Inf) gradient in {self._name(p, gi)}; "
-            "no parameter or optimizer state was changed" + self._diagnose_parameters()
+            "no parameter or optimizer state was changed" + self._diagnose_parameters("gradient")
         )
 
-    def _diagnose_parameters(self) -> str:
+    def _diagnose_parameters(self, symptom: str) -> str:
         """On the failure path only: say whether the *parameters* had blown up under this
-        optimizer's own steps (then the non-finite gradient is their consequence)."""
+        optimizer's own steps (then the non-finite ``symptom``, the gradient or the captured
+        statistics, is their consequence). A divergence shows first as whichever of the two
+        the backward pass makes non-finite first, which depends on the machine's rounding,
+        so both messages name both."""
+        both = ("(a divergence shows first as non-finite statistics or as a non-finite gradient, "
+                "whichever the backward pass produces first)")
         worst, worst_p, worst_gi, bad = 0.0, None, None, None
         for gi, group in enumerate(self.param_groups):
             for p in group["params"]:
@@ -329,15 +334,16 @@ class RoutedOptimizer(Optimizer):
         if bad is not None:
             return (
                 f". The parameters themselves are non-finite ({self._name(*bad)}) after {steps} step(s) of "
-                f"{type(self).__name__}: the optimizer's steps diverged and the gradient is their consequence "
-                "(lower the learning rate, or raise the damping)"
+                f"{type(self).__name__}: the optimizer's steps diverged and the {symptom} is their consequence "
+                f"{both} (lower the learning rate, or raise the damping)"
             )
         start = self._start_scale.get(id(worst_p)) if worst_p is not None else None
         if start is not None and worst > 100 * max(start, 1.0):
             return (
                 f". The parameters grew under {type(self).__name__}'s {steps} step(s): max|w| of "
                 f"{self._name(worst_p, worst_gi)} is {worst:.3g} (it was {start:.3g} when the optimizer was "
-                "created): the optimizer's steps diverged, not the data (lower the learning rate, or raise the damping)"
+                f"created): the optimizer's steps diverged, not the data {both} (lower the learning rate, or raise "
+                "the damping)"
             )
         return ""
 

@@ -500,6 +500,7 @@ class _IsoBase(RoutedOptimizer):
                 raise FloatingPointError(
                     f"{cls}: non-finite (NaN or Inf) input/output-gradient statistics for {name} (layer "
                     f"{layer!r}) {where}; no parameter or optimizer state was changed on any rank"
+                    + self._diagnose_parameters("statistics")
                 )
             if code == 2:
                 raise RuntimeError(f"{cls}: statistics of layer {layer!r} do not match {name} {where}")
@@ -642,6 +643,7 @@ class _IsoBase(RoutedOptimizer):
                         raise FloatingPointError(
                             f"{type(self).__name__}: non-finite (NaN or Inf) input/output-gradient statistics "
                             f"for {name} (layer {layer!r}); no parameter or optimizer state was changed"
+                            + self._diagnose_parameters("statistics")
                         )
                     cx, cg = xx / rows, gg / rows
                     if "cov_x" in st:

@@ -63,7 +63,7 @@ class SignSGD(Optimizer):
         super().load_state_dict(state_dict)
 
     _name = RoutedOptimizer._name
-    _diagnose_parameters = lambda self: ""  # noqa: E731
+    _diagnose_parameters = lambda self, symptom="gradient": ""  # noqa: E731
     _check_grads = RoutedOptimizer._check_grads
 
     @torch.no_grad()
