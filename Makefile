@@ -40,8 +40,12 @@ colab-env: $(COLAB_ENV)/.installed
 # Checked outputs must print the same on any CPU, and the suite tries two environments:
 # the book build's own execution of every chapter (this machine's kernels; compared with
 # the committed outputs by check-outputs), and nbval's execution under PERTURBED, which
-# stands in for another CPU (ATen's scalar kernels, MKL's compatible path, one thread).
-PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# stands in for any other CPU: ATen's scalar kernels, MKL's compatible path, one thread,
+# and every random draw of the book multiplied by 1 + 1e-6 u (isolab.book.seeding's
+# jitter; JITTER_SEED chooses the perturbation: make test JITTER_SEED=2).
+JITTER_SEED ?= 1
+PERTURBED := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+  ISOLAB_JITTER=1e-6 ISOLAB_JITTER_SEED=$(JITTER_SEED)
 check-outputs: $(STAMP)
 	$(PY) scripts/check_outputs.py
 

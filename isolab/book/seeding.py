@@ -14,13 +14,25 @@ checks them can still agree by luck. The *jitter* stands in for any CPU: with
 ``ISOLAB_JITTER=1e-6`` in the environment, importing :mod:`isolab.book` makes every
 random draw of a floating dtype (``torch.randn``, ``torch.rand``, ``torch.normal``, their
 ``_like`` forms, and the in-place ``Tensor.normal_`` and ``Tensor.uniform_`` that
-``torch.nn.init`` uses) come out multiplied by ``1 + eps * u``, ``u ~ N(0, 1)`` drawn
-from a generator of its own (seeded by ``ISOLAB_JITTER_SEED``, default 0), so the
-seeded streams themselves are not disturbed. Data, initial weights and targets then
-differ from the unjittered ones by a rounding-sized amount, and a checked output that
-still prints the same is one that another CPU will print too. ``make test`` runs its
-second execution of the chapters under the jitter; :func:`jittered` applies it inside a
-block (the reproduction tests use it).
+``torch.nn.init`` uses) come out multiplied by ``1 + e * u``, elementwise, with
+
+- ``u ~ N(0, 1)`` a function of the drawn value itself (a hash of its bits and of
+  ``ISOLAB_JITTER_SEED``, default 0): the seeded streams are not disturbed, and the same
+  draw made twice (a batch drawn again from its seed, a problem rebuilt for another
+  lane) is perturbed the same way, as on another CPU, whose random streams are the same
+  bit for bit and only its arithmetic differs;
+- ``e = ISOLAB_JITTER`` in every dtype. 1e-6 is about 8 ulps of float32, the size of the
+  change another CPU's float32 kernels make; on a float64 draw it is far more than
+  float64's own rounding, on purpose: the book draws most data in float64 and trains on
+  it in float32 (the deep linear sweeps), so only a float32-sized change of the float64
+  draws reaches the float32 computation the way another CPU's rounding does. A float64
+  result checked to more digits than such a change leaves stable is printed to fewer.
+
+Data, initial weights and targets then differ from the unjittered ones by a
+rounding-sized amount, and a checked output that still prints the same is one that
+another CPU will print too. ``make test`` runs its second execution of the chapters
+under the jitter; :func:`jittered` applies it inside a block (the reproduction tests use
+it).
 """
 
 from __future__ import annotations
@@ -69,15 +81,34 @@ _DRAWS = ("randn", "rand", "normal", "randn_like", "rand_like")  # torch.<name>,
 _IN_PLACE = ("normal_", "uniform_")                                # torch.Tensor.<name>, filling self
 _ORIGINAL = {name: getattr(torch, name) for name in _DRAWS}
 _ORIGINAL.update({name: getattr(torch.Tensor, name) for name in _IN_PLACE})
-_active: dict | None = None  # {"eps": float, "seed": int, "generator": torch.Generator}
+_active: dict | None = None  # {"eps": float, "seed": int}
+
+_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+_M1, _M2, _GOLDEN = 0xBF58476D1CE4E5B9 - 2**64, 0x94D049BB133111EB - 2**64, 0x9E3779B97F4A7C15 - 2**64
+
+
+def _shift_right(z, k):  # a logical shift of int64 (torch's >> is arithmetic)
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def _unit_normal_of(t, seed: int):
+    """``u ~ N(0, 1)`` per element, a function of the element's bits and ``seed`` only
+    (splitmix64's finalizer as the hash, then the inverse normal CDF)."""
+    key = (seed * _GOLDEN) % 2**64
+    key = key - 2**64 if key >= 2**63 else key                        # as a signed int64
+    z = t.detach().contiguous().view(_BITS[t.dtype]).to(torch.int64).cpu() + key
+    z = (z ^ _shift_right(z, 30)) * _M1
+    z = (z ^ _shift_right(z, 27)) * _M2
+    z = z ^ _shift_right(z, 31)
+    uniform = (_shift_right(z, 11).to(torch.float64) + 0.5) / 2.0**53   # in (0, 1)
+    return torch.erfinv(2.0 * uniform - 1.0) * math.sqrt(2.0)
 
 
 def _perturb(t):
-    """Multiply a fresh draw by ``1 + eps * u`` in place (a no-op for non-float tensors)."""
-    if _active is None or not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+    """Multiply a fresh draw by ``1 + e * u`` in place (a no-op for non-float tensors)."""
+    if _active is None or not isinstance(t, torch.Tensor) or t.dtype not in _BITS or t.numel() == 0:
         return t
-    u = _ORIGINAL["randn"](t.shape, generator=_active["generator"], dtype=torch.float64)
-    factor = (1.0 + _active["eps"] * u).to(t.device)
+    factor = (1.0 + _active["eps"] * _unit_normal_of(t, _active["seed"])).to(t.device)
     with torch.no_grad():
         if t.dtype == torch.float64:
             t.mul_(factor)
@@ -113,7 +144,7 @@ def _install(eps: float, seed: int) -> None:
         raise ValueError(f"the jitter must be a float in (0, 1e-2), a rounding-sized change; got {eps!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"the jitter's seed must be a non-negative int, got {seed!r}")
-    _active = {"eps": float(eps), "seed": seed, "generator": generator(seed)}
+    _active = {"eps": float(eps), "seed": seed}
     for name in _DRAWS:
         setattr(torch, name, _wrap_draw(name))
     for name in _IN_PLACE:
@@ -131,13 +162,13 @@ def _uninstall() -> None:
 
 def jitter_in_effect() -> dict | None:
     """``{"eps": ..., "seed": ...}`` while the jitter is on, else ``None``."""
-    return None if _active is None else {"eps": _active["eps"], "seed": _active["seed"]}
+    return None if _active is None else dict(_active)
 
 
 @contextlib.contextmanager
 def jittered(eps: float = 1e-6, seed: int = 0):
-    """Within the block, every random draw is multiplied by ``1 + eps * u`` (see the
-    module docstring); the jitter in effect before (if any) is restored after."""
+    """Within the block, every random draw is multiplied by ``1 + eps * u`` (see the module
+    docstring); the jitter in effect before (if any) is restored after."""
     before = jitter_in_effect()
     _install(eps, seed)
     try:
