@@ -1,39 +1,48 @@
 #!/usr/bin/env python
-r"""The paper's Figures 3 and 4 and the reading ablation of Iso, under Part III's tuning protocol.
+r"""The paper's Figures 3 and 4 and the reading ablation of Iso, under Part III's tuning protocol (v2).
 
 Chapter 10 loads what this script saves: one file per part, so that a partial run is useful,
 
-- ``results/protocol_fig3.npz``: Figure 3, 5 layers, *iterations to 1 % of the initial loss*
-  (at most ``steps`` iterations);
-- ``results/protocol_fig4.npz``: Figure 4, 40 layers, *loss after a budget* of 500, 1000
-  and 3000 iterations (a separate tuning per budget);
+- ``results/protocol_fig3.npz``: Figure 3, 5 layers, *iterations until the exact expected
+  loss falls to 1 % of its initial value* (at most ``steps`` iterations, constant rate: a
+  time-to-target race has no budget to schedule for);
+- ``results/protocol_fig4.npz``: Figure 4, 40 layers, *the exact expected loss averaged over
+  the last 10 % of a budget* of 500, 1000 and 3000 iterations (a separate tuning per budget,
+  every run with a 5 % linear warmup and a cosine decay);
 - ``results/protocol_ablation.npz``: Iso and IsoAdam at Figure 4's setup (1000 steps),
   one factor at a time around our reading (momentum, its placement, ``beta_cov``,
   damping, root interval) and momentum x placement, each variant lr-tuned with the same
-  budget.
+  trials.
 
 The problem is the paper's (arXiv 2307.12979): ``n = 32``, batch 128, ``y = A x``,
 ``W_i ~ N(0, I)/sqrt(n)``, mean-squared error (:class:`isolab.book.problems.DeepLinearRegression`).
+The score is the exact expected loss ``||A^T - P||_F^2 / n`` of the network (Chapter 10,
+§10.1), not the loss of one minibatch: it carries no sampling noise.
 
-The protocol (:mod:`isolab.book.engine.tuning`): every optimizer gets the same number of
-trial configurations (``budget``), spread over its knobs (the learning rate always;
-momentum ``{0, 0.9, 0.95}`` where it has one; ``beta2`` or ``beta_cov`` on two values
-where it has them); successive halving over the trials on the two tuning seeds (each
-rung keeps the best ``1/halving``, the last runs the whole budget of steps); the best
-learning rate must not be at an edge of its grid (else the grid moves by half its width
-and the tuning is redone, at most ``max_shifts`` times; the outcome is recorded); the
-chosen setting is then run on held-out seeds and reported as the median with a
-bootstrap 90 % interval over those seeds. Every hyperparameter is written out below
-(nothing is left to a library default) and saved with the result.
+The protocol (:mod:`isolab.book.engine.tuning`, version 2): every optimizer runs exactly
+``coarse + refine`` trial configurations (36 + 12): the coarse phase spreads its trials over
+its knobs (the learning rate always; momentum ``{0, 0.9, 0.95}`` where it has one; ``beta2``,
+``beta_cov`` or K-FAC's damping where it has them), the refine phase spends 12 more on the
+learning rate around the coarse winner; no grid is moved, so the count is the count run.
+Successive halving on five tuning seeds inside each phase; a configuration that diverges on
+any tuning seed is out (the stability rule). The chosen setting is then run on 20 held-out
+seeds and reported as the median with its order-statistic interval
+(:mod:`isolab.book.engine.intervals`: at least 90 %, exactly 95.9 % for 20 seeds). Every
+hyperparameter is written out below (nothing is left to a library default) and saved with
+the result; so are the schedule, the seeds, every trial and rung, the command, the versions
+and the hardware.
 
 What is saved (:mod:`isolab.book.results` format, one :class:`~isolab.book.results.Sweep`
 per entry, labelled ``"fig3/iso"``, ``"fig4/b1000/iso"``, ``"ablation/iso/momentum=0"``):
-the held-out run of the chosen setting (one learning rate x the held-out seeds; the loss
-at a thinned set of steps, ``info["loss_steps"]``), and in ``info``: ``tuned`` (every
-trial and rung with its tuning score, the chosen setting, edge checks), ``heldout``
-(seeds, per-seed scores, median and interval), ``entry`` (the knobs, fixed
-hyperparameters and initial lr range), ``seconds``, and ``run`` (configuration, command,
-versions, hardware, wall time). ``/tmp/h3/SCHEMA.md`` and the chapter describe it.
+the held-out run of the chosen setting (one learning rate x the held-out seeds; the batch
+loss and the expected loss at a thinned set of steps plus the whole scored tail,
+``info["loss_steps"]``), and in ``info``: ``tuned`` (every trial and rung with its tuning
+score, the chosen setting, the edge check), ``heldout`` (seeds, per-seed scores, median,
+interval and its coverage), ``entry`` (the knobs, fixed hyperparameters, schedule, lr
+range), ``seconds``, and ``run`` (configuration, command, versions, hardware, wall time).
+
+The run is resumable: an interrupted part keeps every finished entry in its file, and the
+same command run again skips them.
 
 Usage::
 
@@ -62,7 +71,8 @@ import numpy as np
 import torch
 
 from isolab.book.engine import sweep
-from isolab.book.engine.tuning import bootstrap_interval, scores, tune
+from isolab.book.engine.intervals import median_interval
+from isolab.book.engine.tuning import metric_kwargs, scores, tail_steps, tune
 from isolab.book.problems import DeepLinearRegression
 from isolab.book.results import Results, Sweep, load
 
@@ -81,6 +91,9 @@ SHAMPOO = dict(beta=1.0, damping=1e-6, root_interval=10, weight_decay=0.0)
 GRAFT = dict(betas=(0.9, 0.999), graft_eps=1e-8, damping=1e-6, root_interval=10, weight_decay=0.0)
 SOAP = dict(betas=(0.95, 0.95), shampoo_beta=None, eps=1e-8, precondition_frequency=10, weight_decay=0.0)
 KFAC = dict(momentum=0.9, nesterov=False, beta_cov=0.95, damping=0.1, root_interval=10, weight_decay=0.0)
+#: No weight decay for anyone: the regression is realizable and noise-free (the target is
+#: a linear map of the input), so there is nothing to regularize, and decay would only pull
+#: the product away from the answer.
 ISO = dict(momentum=0.95, nesterov=True, momentum_placement="gradient", beta_cov=0.95, damping=1e-3,
            root_interval=10, root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0)
 ISOADAM = dict(betas=(0.9, 0.999), eps=1e-8, beta_cov=0.95, damping=1e-3, root_interval=10, root_method="eigh",
@@ -109,7 +122,8 @@ BASELINES = {
     "soap": ("soap", _betas(MOMENTA, (0.95, 0.99))),
     "shampoo": ("shampoo", {}),  # Gupta et al. 2018: sums forever, no grafting
     "shampoo_graft": ("shampoo_graft", _betas(MOMENTA, (0.99, 0.999))),
-    "kfac": ("kfac", {"momentum": MOMENTA, "beta_cov": (0.95, 0.99)}),
+    # K-FAC: momentum and the damping its authors tune (Martens & Grosse adapt it; we search it)
+    "kfac": ("kfac", {"momentum": (0.0, 0.9), "damping": (0.03, 0.1, 0.3)}),
     "iso": ("iso", {"momentum": MOMENTA, "beta_cov": (0.95, 0.99)}),
     "isoadam": ("isoadam", [{"betas": (b1, 0.999), "beta_cov": bc} for b1 in MOMENTA for bc in (0.95, 0.99)]),
 }
@@ -150,42 +164,51 @@ def _variants() -> dict:
 
 VARIANTS = _variants()
 
+#: Every fixed-budget run's schedule (Figure 4 and the ablation): 5 % warmup, cosine decay.
+SCHEDULE = {"warmup": 0.05, "decay": "cosine"}
+
+
+def _around(center: dict, low: float = 0.2, high: float = 5.0) -> dict:
+    """``(center * low, center * high)`` per optimizer: the coarse lr ranges, 1.4 decades around
+    the version-1 protocol's chosen rates (results of that run: git history of results/)."""
+    return {k: (v * low, v * high) for k, v in center.items()}
+
+
 FULL = {
     "name": "full",
+    "protocol": 2,
     "n": 32,
     "batch": 128,
-    "tuning_seeds": [0, 1],
-    "heldout_seeds": [10, 11, 12, 13, 14],
-    "budget": 36,
+    "tuning_seeds": [0, 1, 2, 3, 4],
+    "heldout_seeds": list(range(10, 30)),
+    "coarse": 36,
+    "refine": 12,
     "halving": 4,
     "rungs": 3,
-    "max_shifts": 2,
-    "interval": {"level": 0.9, "resamples": 10000, "seed": 0},
+    "interval_level": 0.9,
     "thin": {"dense": 20, "log_points": 60},
     "dtype": "float32",
     "num_threads": 1,
     "fig3": {
-        "depth": 5, "steps": 3000, "metric": "iterations", "threshold": 1e-2,
+        "depth": 5, "steps": 3000, "metric": "iterations_expected", "threshold": 1e-2, "schedule": None,
         "optimizers": list(BASELINES),
-        # initial (low, high) of each lr grid; from a one-seed pilot (seed 100) at the defaults
-        "lr_ranges": {"sgd": (2e-3, 0.3), "sgd_plain": (1e-2, 0.3), "signsgd": (3e-4, 2e-2),
-                      "signsgd_plain": (3e-4, 2e-2), "adam": (3e-3, 6e-2), "muon": (5e-3, 0.1), "soap": (2e-3, 5e-2),
-                      "shampoo": (2e-3, 5e-2), "shampoo_graft": (1e-2, 0.3), "kfac": (1e-4, 3e-3),
-                      "iso": (1e-2, 0.15), "isoadam": (1e-3, 3e-2)},
+        "lr_ranges": _around({"sgd": 0.03, "sgd_plain": 0.12, "signsgd": 0.003, "signsgd_plain": 0.004,
+                              "adam": 0.018, "muon": 0.044, "soap": 0.0072, "shampoo": 0.02, "shampoo_graft": 0.0071,
+                              "kfac": 0.0042, "iso": 0.03, "isoadam": 0.0077}),
     },
     "fig4": {
-        "depth": 40, "budgets": [1000, 500, 3000], "metric": "final_loss", "threshold": None,
-        "optimizers": list(BASELINES),
-        "lr_ranges": {"sgd": (1e-4, 1e-2), "sgd_plain": (5e-4, 1.5e-2), "signsgd": (1e-4, 3e-3),
-                      "signsgd_plain": (1e-4, 3e-3), "adam": (2e-4, 6e-3), "muon": (2e-4, 6e-3), "soap": (2e-4, 5e-3),
-                      "shampoo": (5e-4, 8e-3), "shampoo_graft": (5e-5, 2e-3), "kfac": (3e-5, 1e-3),
-                      "iso": (5e-4, 1e-2), "isoadam": (1e-4, 3e-3)},
+        "depth": 40, "budgets": [1000, 500, 3000], "metric": "tail_expected_loss", "threshold": None,
+        "schedule": SCHEDULE, "optimizers": list(BASELINES),
+        "lr_ranges": _around({"sgd": 0.001, "sgd_plain": 0.0035, "signsgd": 0.0003, "signsgd_plain": 0.0005,
+                              "adam": 0.0011, "muon": 0.0035, "soap": 0.0011, "shampoo": 0.002,
+                              "shampoo_graft": 0.0008, "kfac": 0.0014, "iso": 0.002, "isoadam": 0.0013}),
     },
     "ablation": {
-        # 12 lrs per variant, halving by 3 (12 -> 4 -> 2 trials: the last rung still chooses between two)
-        "depth": 40, "steps": 1000, "metric": "final_loss", "threshold": None, "budget": 12, "halving": 3,
+        # 12 + 6 trials per variant (the lr only), halving by 3
+        "depth": 40, "steps": 1000, "metric": "tail_expected_loss", "threshold": None, "schedule": SCHEDULE,
+        "coarse": 12, "refine": 6, "halving": 3, "rungs": 3,
         "variants": list(VARIANTS),
-        "lr_ranges": {"iso": (3e-4, 1e-2), "isoadam": (5e-5, 5e-3)},
+        "lr_ranges": _around({"iso": 0.002, "isoadam": 0.0013}, 0.1, 6.0),
     },
 }
 
@@ -195,17 +218,17 @@ REDUCED = {
     "name": "reduced",
     "n": 8,
     "batch": 16,
-    "tuning_seeds": [0, 1],
-    "heldout_seeds": [10, 11],
-    "budget": 18,
+    "tuning_seeds": [0, 1, 2],
+    "heldout_seeds": [10, 11, 12, 13, 14, 15],
+    "coarse": 18,
+    "refine": 4,
     "halving": 3,
     "rungs": 2,
-    "max_shifts": 1,
     "thin": {"dense": 5, "log_points": 8},
 }
 REDUCED["fig3"].update(depth=3, steps=60, threshold=0.3)
 REDUCED["fig4"].update(depth=6, budgets=[20, 40])
-REDUCED["ablation"].update(depth=6, steps=30, budget=6)
+REDUCED["ablation"].update(depth=6, steps=30, coarse=6, refine=2, halving=3, rungs=2)
 REDUCED["fig3"]["lr_ranges"] = {k: (lo * 3, hi * 3) for k, (lo, hi) in FULL["fig3"]["lr_ranges"].items()}
 REDUCED["fig4"]["lr_ranges"] = {k: (lo * 10, hi * 10) for k, (lo, hi) in FULL["fig4"]["lr_ranges"].items()}
 REDUCED["ablation"]["lr_ranges"] = {"iso": (3e-3, 1e-1), "isoadam": (5e-4, 5e-2)}
@@ -232,59 +255,73 @@ def jobs(config: dict, part: str) -> list[dict]:
         for label in p["optimizers"]:
             name, knobs, fixed = baseline(label)
             out.append(dict(label=f"fig3/{label}", optimizer=name, knobs=knobs, fixed=fixed,
-                            lr_range=tuple(p["lr_ranges"][label]), steps=p["steps"], budget=config["budget"]))
+                            lr_range=tuple(p["lr_ranges"][label]), steps=p["steps"], **trials_of(config, part)))
     elif part == "fig4":
         for steps in p["budgets"]:
             for label in p["optimizers"]:
                 name, knobs, fixed = baseline(label)
                 out.append(dict(label=f"fig4/b{steps}/{label}", optimizer=name, knobs=knobs, fixed=fixed,
-                                lr_range=tuple(p["lr_ranges"][label]), steps=steps, budget=config["budget"]))
+                                lr_range=tuple(p["lr_ranges"][label]), steps=steps, **trials_of(config, part)))
     elif part == "ablation":
         for label in p["variants"]:
             name, hyper = VARIANTS[label]
             out.append(dict(label=f"ablation/{label}", optimizer=name, knobs={}, fixed=dict(hyper),
-                            lr_range=tuple(p["lr_ranges"][name]), steps=p["steps"], budget=p["budget"]))
+                            lr_range=tuple(p["lr_ranges"][name]), steps=p["steps"], **trials_of(config, part)))
     else:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     return out
 
 
+def _setting(config: dict, part: str, key: str):
+    """A setting of a part: the part's own, else the configuration's."""
+    return config[part].get(key, config[key])
+
+
+def trials_of(config: dict, part: str) -> dict:
+    """``{"coarse": ..., "refine": ...}``: the trials every entry of ``part`` runs."""
+    return {"coarse": _setting(config, part, "coarse"), "refine": _setting(config, part, "refine")}
+
+
 def halving_of(config: dict, part: str) -> int:
     """The successive-halving factor of a part (the configuration's, unless the part sets its own)."""
-    return config[part].get("halving", config["halving"])
+    return _setting(config, part, "halving")
 
 
-def engine_kwargs(config: dict, part: str) -> dict:
-    """The engine arguments of a held-out run (and of any rerun of a saved cell)."""
+def engine_kwargs(config: dict, part: str, steps: int) -> dict:
+    """The engine arguments of a held-out run (and of any rerun of a saved cell): the
+    part's schedule and what its metric records."""
     p = config[part]
-    kw = dict(record_norms=False, dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"],
-              progress=False)
-    if p["metric"] == "iterations":
-        kw.update(threshold=p["threshold"], relative_threshold=True, retire_at_threshold=True)
-    return kw
+    return dict(record_norms=False, dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"],
+                progress=False, schedule=p["schedule"], **metric_kwargs(p["metric"], steps, p["threshold"]))
 
 
 def heldout_run(config: dict, part: str, label: str, optimizer: str, hyper: dict, lr: float, steps: int,
-                seeds) -> Sweep:
-    """The chosen setting on ``seeds`` (one engine call: one lane per seed)."""
+                seeds, **overrides) -> Sweep:
+    """The chosen setting on ``seeds`` (one engine call: one lane per seed); ``overrides``
+    replace engine arguments (a test's shorter prefix records the expected loss from 0)."""
+    kw = {**engine_kwargs(config, part, steps), **overrides}
     return sweep(problem_for(config, part), optimizer, [float(lr)], int(steps), seeds=tuple(seeds), hyper=hyper,
-                 label=label, **engine_kwargs(config, part))
+                 label=label, **kw)
 
 
 def thin_steps(steps: int, config: dict) -> np.ndarray:
+    """The steps a saved run keeps: every step up to ``dense``, ``log_points`` log-spaced
+    steps after, and the whole tail the score averages."""
     t = config["thin"]
     dense = np.arange(min(t["dense"], steps) + 1)
     logs = np.round(np.geomspace(max(t["dense"], 1), max(steps, 1), t["log_points"])).astype(np.int64)
-    return np.unique(np.concatenate([dense, logs[logs <= steps], [steps]]))
+    tail = np.arange(tail_steps(steps), steps + 1)
+    return np.unique(np.concatenate([dense, logs[logs <= steps], tail, [steps]]))
 
 
 def thin(s: Sweep, config: dict) -> Sweep:
-    """The sweep with its loss kept at :func:`thin_steps` only (``info["loss_steps"]``)."""
+    """The sweep with its losses kept at :func:`thin_steps` only (``info["loss_steps"]``)."""
     keep = thin_steps(s.steps, config)
     info = dict(s.info, loss_steps=keep.tolist())
     return Sweep(optimizer=s.optimizer, label=s.label, lrs=s.lrs, seeds=s.seeds, loss=s.loss[..., keep].copy(),
                  weight_norm=None, diverged_at=s.diverged_at, hit_at=s.hit_at, threshold=s.threshold,
-                 weights=None, hyper=s.hyper, problem=s.problem, info=info)
+                 weights=None, hyper=s.hyper, problem=s.problem, info=info,
+                 expected_loss=None if s.expected_loss is None else s.expected_loss[..., keep].copy())
 
 
 def _json(x):
@@ -295,25 +332,25 @@ def run_entry(config: dict, part: str, job: dict) -> Sweep:
     """Tune one entry on the tuning seeds, run the choice on the held-out seeds (thinned sweep)."""
     p = config[part]
     t0, c0 = time.perf_counter(), time.process_time()
-    tuned = tune(problem_for(config, part), job["optimizer"], job["steps"], budget=job["budget"],
-                 lr_range=job["lr_range"], knobs=job["knobs"], fixed=job["fixed"],
+    tuned = tune(problem_for(config, part), job["optimizer"], job["steps"], coarse=job["coarse"],
+                 refine=job["refine"], lr_range=job["lr_range"], knobs=job["knobs"], fixed=job["fixed"],
                  tuning_seeds=tuple(config["tuning_seeds"]), metric=p["metric"], threshold=p["threshold"],
-                 max_shifts=config["max_shifts"], halving=halving_of(config, part), rungs=config["rungs"],
+                 halving=halving_of(config, part), rungs=_setting(config, part, "rungs"), schedule=p["schedule"],
                  dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"])
     t1, c1 = time.perf_counter(), time.process_time()
     s = heldout_run(config, part, job["label"], job["optimizer"], tuned.hyper, tuned.lr, job["steps"],
                     config["heldout_seeds"])
     t2, c2 = time.perf_counter(), time.process_time()
     per_seed = scores(s, p["metric"])[:, 0]
-    iv = config["interval"]
-    median, low, high = bootstrap_interval(per_seed, level=iv["level"], resamples=iv["resamples"], seed=iv["seed"])
+    iv = median_interval(per_seed, config["interval_level"])
     s.info.update(
         metric=p["metric"], threshold_fraction=p["threshold"],
         tuned=tuned.as_dict(),
-        heldout={"seeds": list(config["heldout_seeds"]), "scores": per_seed.tolist(), "median": median,
-                 "low": low, "high": high, "level": iv["level"]},
+        heldout={"seeds": list(config["heldout_seeds"]), "scores": per_seed.tolist(), **iv.as_dict(),
+                 "level": config["interval_level"], "diverged": int(np.isinf(per_seed).sum())},
         entry=_json({"knobs": job["knobs"], "fixed": job["fixed"], "lr_range": job["lr_range"],
-                     "budget": job["budget"], "steps": job["steps"]}),
+                     "coarse": job["coarse"], "refine": job["refine"], "steps": job["steps"],
+                     "schedule": p["schedule"]}),
         seconds={"tuning": t1 - t0, "heldout": t2 - t1, "tuning_cpu": c1 - c0, "heldout_cpu": c2 - c1},
     )
     return thin(s, config)
@@ -351,8 +388,8 @@ def _describe(s: Sweep) -> str:
     names = sorted(knobs) if isinstance(knobs, dict) else sorted(set().union(*map(set, knobs)))
     chosen = ", ".join(f"{k}={t['hyper'][k]}" for k in names)
     edge = "interior" if t["interior"] else "AT AN EDGE"
-    return (f"lr {t['lr']:.3g}{' ' + chosen if chosen else ''} ({edge}, {t['shifts']} shifts) -> held-out "
-            f"{h['median']:.4g} [{h['low']:.4g}, {h['high']:.4g}]")
+    return (f"lr {t['lr']:.3g}{' ' + chosen if chosen else ''} ({edge}, {len(t['trials'])} trials) -> held-out "
+            f"{h['median']:.4g} [{h['low']:.4g}, {h['high']:.4g}], {h['diverged']} of {len(h['seeds'])} diverged")
 
 
 def run_part(config: dict, part: str, *, labels=None, out: Path | None = None, command: str = "",
@@ -363,6 +400,13 @@ def run_part(config: dict, part: str, *, labels=None, out: Path | None = None, c
     t_start, c_start = time.perf_counter(), time.process_time()
     done: list[Sweep] = []
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if out is not None and out.exists():  # resume: keep the finished entries of the same configuration
+        kept = [x for x in load(out) if x.info["run"]["config"] == _json(config)
+                and x.label in {j["label"] for j in todo}]
+        done += kept
+        todo = [j for j in todo if j["label"] not in {x.label for x in kept}]
+        if kept:
+            log(f"{part}: resuming, {len(kept)} entries already in {out}", verbose)
     for k, job in enumerate(todo, 1):
         s = run_entry(config, part, job)
         done.append(s)
@@ -373,11 +417,10 @@ def run_part(config: dict, part: str, *, labels=None, out: Path | None = None, c
         meta = {"part": part, "config": _json(config), "command": command, "environment": environment(),
                 "started": started, "wall_seconds": time.perf_counter() - t_start,
                 "cpu_seconds": time.process_time() - c_start, "entries_done": len(done),
-                "entries_total": len(todo), "complete": len(done) == len(todo),
+                "entries_total": len(done) + len(todo) - k, "complete": k == len(todo),
                 "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "script": "scripts/run_sweeps.py"}
-        for d in done:
-            d.info["run"] = meta
+        s.info["run"] = meta
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(out.stem + ".partial.npz")

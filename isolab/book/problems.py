@@ -206,6 +206,31 @@ class LinearProblem:
             return (R * R).sum(dim=(-2, -1)) / (b * self.n)
         return (Y * T).sum(dim=(-2, -1)) / b
 
+    # -- the exact expected loss ----------------------------------------------------------
+    @property
+    def has_expected_loss(self) -> bool:
+        """Whether :meth:`expected_loss` exists: a mean-squared error with a fixed target map."""
+        return self.loss_kind == "mse" and self._realizable
+
+    def input_covariance(self) -> Tensor:
+        """``E[x x^T]``, ``(n, n)`` float64: ``I`` or the features' ``Sigma``."""
+        if self.features is None:
+            return torch.eye(self.n, dtype=torch.float64)
+        return self.features.sigma.to(torch.float64)
+
+    def expected_loss(self, product: Tensor, seed: int) -> Tensor:
+        r"""The loss of the network whose end-to-end map (row convention) is ``product``
+        ``(..., n, n)``, in expectation over the input distribution rather than on a batch:
+        :math:`\mathbb E\,\|x^\top (P - M)\|^2 / n = \operatorname{tr}((P - M)^\top \Sigma (P - M)) / n`
+        with ``M`` the target map of ``seed`` (Chapter 10, §10.1). Free of the minibatch's
+        sampling noise, so it is the score Part III's protocol uses."""
+        if not self.has_expected_loss:
+            raise ValueError(f"{type(self).__name__} has no expected loss (it needs a mean-squared error and a "
+                             "fixed target map)")
+        E = product.to(torch.float64) - self.target_map(seed)
+        S = self.input_covariance()
+        return (E * (S @ E)).sum(dim=(-2, -1)) / self.n
+
     def output_grad(self, Y: Tensor, T: Tensor) -> Tensor:
         """``G = dL/dY`` for :meth:`loss` (carrying the batch mean's ``1/b``, as autograd does)."""
         b = self.batch_size

@@ -28,7 +28,7 @@ import numpy as np
 __all__ = ["Sweep", "Results", "save", "load", "plot_sweep", "plot_weight_norm", "plot_loss_curves",
            "OutcomeAgreement", "compare_outcomes", "edge_of_divergence"]
 
-_ARRAYS = ("lrs", "seeds", "loss", "weight_norm", "diverged_at", "hit_at", "threshold", "weights")
+_ARRAYS = ("lrs", "seeds", "loss", "weight_norm", "diverged_at", "hit_at", "threshold", "weights", "expected_loss")
 _META = ("optimizer", "label", "hyper", "problem", "info")
 
 
@@ -49,6 +49,9 @@ class Sweep:
     hyper: dict = field(default_factory=dict)
     problem: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    #: (S, L, steps+1) the exact expected loss (over the input distribution, not the batch)
+    #: at the steps where it was computed, NaN elsewhere; None when not recorded
+    expected_loss: Optional[np.ndarray] = None
 
     @property
     def steps(self) -> int:

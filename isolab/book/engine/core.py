@@ -28,6 +28,7 @@ from ..problems import LinearProblem
 from ..results import Sweep
 from .progress import Progress
 from .rules_lanes import make_rule
+from .schedules import check_schedule, multiplier
 
 __all__ = ["sweep"]
 
@@ -105,6 +106,17 @@ def _keep_freed_memory() -> None:
         pass
 
 
+def _expected_loss(W: Tensor, M: Tensor, sigma: Tensor, n: int) -> np.ndarray:
+    """``(lanes,)`` exact expected loss ``tr((P - M)^T Sigma (P - M)) / n`` of every live lane,
+    in float64: ``W`` is ``(k, N, out, in)`` (torch's layout, ``W_i^T``), so the row-convention
+    product ``P = W_1 ... W_k`` is ``(W_k^T ... W_1^T)^T``; ``M`` is ``(N, n, n)``."""
+    Q = W[-1].double()
+    for i in range(W.shape[0] - 2, -1, -1):
+        Q = torch.bmm(Q, W[i].double())
+    E = Q.mT - M
+    return ((E * (sigma @ E)).sum(dim=(-2, -1)) / n).numpy()
+
+
 def _lane_ok(x: Tensor) -> Tensor:
     """``(lanes,)`` bool: lane ``j`` (dim 1 of ``x``) has no NaN/Inf entry.
 
@@ -152,6 +164,9 @@ def sweep(
     num_threads: Optional[int] = None,
     progress="auto",
     label: Optional[str] = None,
+    schedule: Optional[dict] = None,
+    expected_loss_from: Optional[int] = None,
+    threshold_on: str = "loss",
 ) -> Sweep:
     r"""Train ``problem`` with ``optimizer`` at every learning rate in ``lrs`` (and seed in
     ``seeds``) for ``steps`` iterations, as one batched computation.
@@ -195,6 +210,14 @@ def sweep(
         progress: ``True``, ``False`` or ``"auto"`` (:class:`isolab.book.engine.Progress`).
         label: name of the sweep in a :class:`isolab.book.results.Results` (default:
             ``optimizer``).
+        schedule: ``None`` (a constant rate) or a warmup-and-decay schedule
+            (:mod:`isolab.book.engine.schedules`): update ``t`` uses ``lr * multiplier``.
+        expected_loss_from: record the exact expected loss
+            (:meth:`isolab.book.problems.LinearProblem.expected_loss`, over the input
+            distribution instead of the batch) at every step from this one on
+            (``Sweep.expected_loss``; NaN before it and after a lane stops); ``None``: never.
+        threshold_on: ``"loss"`` (the batch loss) or ``"expected_loss"`` (needs
+            ``expected_loss_from=0``): which loss ``threshold`` and ``hit_at`` refer to.
 
     Returns:
         A :class:`isolab.book.results.Sweep` (losses, weight norms, divergence and threshold
@@ -219,6 +242,17 @@ def sweep(
         max_factor, max_abs = None, float(max_loss)
     if retire_at_threshold and threshold is None:
         raise ValueError("retire_at_threshold needs a threshold")
+    schedule = check_schedule(schedule)
+    if expected_loss_from is not None:
+        if isinstance(expected_loss_from, bool) or not isinstance(expected_loss_from, (int, np.integer)) \
+                or not 0 <= expected_loss_from <= steps:
+            raise ValueError(f"expected_loss_from must be a step in [0, {steps}] or None, got {expected_loss_from!r}")
+        if not problem.has_expected_loss:
+            raise ValueError(f"{type(problem).__name__} has no expected loss (expected_loss_from={expected_loss_from})")
+    if threshold_on not in ("loss", "expected_loss"):
+        raise ValueError(f"threshold_on must be 'loss' or 'expected_loss', got {threshold_on!r}")
+    if threshold_on == "expected_loss" and expected_loss_from != 0:
+        raise ValueError("threshold_on='expected_loss' needs expected_loss_from=0 (the loss of every step)")
 
     S, L = len(seeds), lrs.size
     N0 = S * L
@@ -247,6 +281,11 @@ def sweep(
         limit = np.full(N0, np.inf if max_abs is None else max_abs)
 
         final_W = torch.full((N0, k, n, n), math.nan, dtype=dtype) if keep_weights else None
+        expected_rec = None
+        if expected_loss_from is not None:
+            expected_rec = np.full((steps + 1, N0), np.nan)
+            targets = torch.stack([problem.target_map(s) for s in seeds])  # (S, n, n) float64, T = X M
+            sigma = problem.input_covariance()
         bar = Progress(steps, label=optimizer, enabled=progress)
         r = problem.rows
         buf = _Buffers(k, N0, r, n, dtype)
@@ -268,18 +307,21 @@ def sweep(
                 torch.bmm(A[i], WT[i], out=A[i + 1])
             loss = problem.loss(A[k], Tl).double().numpy()
             loss_rec[t, lanes] = loss
+            if expected_rec is not None and t >= expected_loss_from:
+                expected_rec[t, lanes] = _expected_loss(W, targets[seed_of[torch.from_numpy(lanes)]], sigma, n)
             if norm_rec is not None:
                 norm_rec[t, lanes] = torch.linalg.matrix_norm(W).T.numpy()
+            watched = loss if threshold_on == "loss" else expected_rec[t, lanes]
             if t == 0:
                 if max_factor is not None:
                     limit[lanes] = max_factor * np.abs(loss)
                 if relative_threshold and threshold is not None:
-                    thr[lanes] = threshold * loss
+                    thr[lanes] = threshold * watched
             with np.errstate(invalid="ignore"):
                 bad = ~np.isfinite(loss) | (loss > limit[lanes])
                 drop = bad
                 if threshold is not None:
-                    hit = (loss <= thr[lanes]) & (hit_at[lanes] < 0) & ~bad
+                    hit = (watched <= thr[lanes]) & (hit_at[lanes] < 0) & ~bad
                     hit_at[lanes[hit]] = t
                     if retire_at_threshold:
                         drop = bad | (hit_at[lanes] >= 0)
@@ -314,7 +356,7 @@ def sweep(
                 stats = {key: v.index_select(1, keep) for key, v in stats.items()}
                 state = {key: v.index_select(1, keep) for key, v in state.items()}
                 buf = _Buffers(k, lanes.size, r, n, dtype)
-            rule.apply(W, g, stats, lr, t + 1, state)
+            rule.apply(W, g, stats, lr if schedule is None else lr * multiplier(schedule, t, steps), t + 1, state)
             bar.update(t + 1, f"{lanes.size}/{N0} lanes")
         if final_W is not None and lanes.size:
             final_W[lanes] = W.transpose(0, 1).mT
@@ -330,6 +372,8 @@ def sweep(
         "retire_at_threshold": bool(retire_at_threshold), "relative_threshold": bool(relative_threshold),
         "threshold_value": None if threshold is None else float(threshold),
         "roots": dict(rule.root_stats), "num_threads": torch.get_num_threads() if num_threads is None else num_threads,
+        "schedule": schedule, "expected_loss_from": None if expected_loss_from is None else int(expected_loss_from),
+        "threshold_on": threshold_on,
     }
     return Sweep(
         optimizer=optimizer,
@@ -345,4 +389,5 @@ def sweep(
         hyper=dict(rule.h),
         problem=problem.describe(),
         info=info,
+        expected_loss=None if expected_rec is None else per_lane(np.ascontiguousarray(expected_rec.T)),
     )
