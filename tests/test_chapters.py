@@ -194,3 +194,75 @@ class TestTeachesAtAGlance:
         first_section = body.find("<h2")
         first_image = body.find("<img")
         assert 0 <= first_image < first_section, "no figure between the opening and the first section"
+
+
+# ---------------------------------------------------------------------------------------
+# The page reads like a book (issue 28): numbered, captioned and described figures, code
+# that fits the column, and a main line of bounded length.
+from isolab.book.wordcount import MAX_MAIN_LINE_WORDS, main_line_words  # noqa: E402
+
+CHAPTER_NOTEBOOKS = [p for p in CHAPTERS if p.stem not in BACK_MATTER]
+FIGURE_LABEL = re.compile(r"^\*\*Figure (\d+)\.(\d+)\.\*\* \S")
+#: The longest visible code line the 684-px column shows without scrolling.
+MAX_CODE_COLUMNS = 88
+
+
+def chapter_number(path: Path) -> int:
+    return int(re.match(r"ch(\d\d)_", path.stem).group(1))
+
+
+def shows_a_figure(cell: dict) -> bool:
+    """A code cell that shows a figure: the hero, an explorable (``.show()``), a cell whose
+    committed output is a Matplotlib figure, or one that carries alt text for its image."""
+    if cell["cell_type"] != "code":
+        return False
+    source = "".join(cell["source"])
+    return ("# hero figure" in source.lower() or ".show()" in source or checked_text(cell).startswith("<Figure size")
+            or "alt" in cell.get("metadata", {}).get("mystnb", {}).get("image", {}))
+
+
+def figure_alt(cell: dict) -> str:
+    alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt", "")
+    return alt.strip() if isinstance(alt, str) else ""
+
+
+@pytest.mark.parametrize("chapter", CHAPTER_NOTEBOOKS, ids=lambda p: p.stem)
+class TestReadsLikeABook:
+    def test_main_line_length(self, chapter):
+        """The main line (isolab.book.wordcount: markdown without math, code and collapsed
+        asides) stays under the book's length."""
+        words = main_line_words(chapter)
+        print(f"{chapter.stem}: main line {words:,} words")
+        assert words <= MAX_MAIN_LINE_WORDS, (
+            f"{chapter.stem}: the main line has {words:,} words, over {MAX_MAIN_LINE_WORDS:,}: move forensic "
+            "detail, alternative readings, implementation notes and long tables into dropdown asides or an appendix")
+
+    def test_visible_code_fits_the_column(self, chapter):
+        cells = load(chapter)["cells"]
+        long = [f"cell {i}, line {n} ({len(line)} characters): {line.strip()[:50]}"
+                for i, c in enumerate(cells) if c in visible_code({"cells": [c]})
+                for n, line in enumerate("".join(c["source"]).splitlines(), 1) if len(line) > MAX_CODE_COLUMNS]
+        assert not long, (f"{chapter.stem}: {len(long)} visible code lines over {MAX_CODE_COLUMNS} characters (break "
+                          "them, move the code to the chapter's module, or hide the cell):\n  " + "\n  ".join(long[:20]))
+
+    def test_figures_are_numbered_captioned_and_described(self, chapter):
+        """Every figure cell carries alt text (``mystnb.image.alt``) and is followed by a
+        markdown cell opening with its label ``**Figure N.k.**``, k = 1, 2, ... in order;
+        no label stands anywhere else."""
+        cells, number = load(chapter)["cells"], chapter_number(chapter)
+        problems, k = [], 0
+        for i, cell in enumerate(cells):
+            following = "".join(cells[i + 1]["source"]) if i + 1 < len(cells) else ""
+            if shows_a_figure(cell):
+                k += 1
+                if not figure_alt(cell):
+                    problems.append(f"cell {i} (figure {number}.{k}): no alt text in metadata mystnb.image.alt")
+                label = FIGURE_LABEL.match(following) if cells[i + 1]["cell_type"] == "markdown" else None
+                if not label or (int(label.group(1)), int(label.group(2))) != (number, k):
+                    problems.append(f"cell {i} (figure {number}.{k}): the next cell does not open with "
+                                    f"'**Figure {number}.{k}.** ' but with {following[:40]!r}")
+            elif cell["cell_type"] == "markdown" and "".join(cell["source"]).startswith("**Figure"):
+                if not (i > 0 and shows_a_figure(cells[i - 1])):
+                    problems.append(f"cell {i}: a figure label that follows no figure: {''.join(cell['source'])[:40]!r}")
+        assert k, f"{chapter.stem}: no figure found"
+        assert not problems, f"{chapter.stem}: {len(problems)} figure problem(s):\n  " + "\n  ".join(problems)

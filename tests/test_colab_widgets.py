@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COLAB_ENV = ROOT / ".venv" / "colab-ipywidgets7"
 COLAB_PYTHON = COLAB_ENV / "bin" / "python"
 
-#: Moves the first slider of a live explorable; prints what changed as JSON.
+#: Moves the first slider of a live explorable and presses a toggle button of another;
+#: prints what changed as JSON.
 MOVE_A_SLIDER = r"""
 import json, os
 os.environ["ISOLAB_EXPLORABLE"] = "live"
@@ -38,9 +39,21 @@ box = Explorable(draw, [Slider("slope", [0.5, 1, 2], fmt="{:.1f}"), Slider("offs
 slider, image = box.children[0].children[0], box.children[-1]
 before_image, before_label = bytes(image.value), slider.label
 slider.value = 2
+
+def draw_choice(fig, optimizer, k):
+    fig.add_subplot().plot([0, k], color={"Iso": "green", "Muon": "navy"}[optimizer])
+
+choice = Explorable(draw_choice, [Slider("optimizer", ["Iso", "Muon"], default="Iso"), Slider("k", [1, 2])],
+                    figsize=(3, 2)).widget()
+toggle, toggle_image = choice.children[0].children[0], choice.children[-1]
+toggle_before = bytes(toggle_image.value)
+toggle.value = "Muon"
 print(json.dumps({"version": ipywidgets.__version__, "image_changed": bytes(image.value) != before_image,
                   "label_before": before_label, "label_after": slider.label,
-                  "png": bytes(image.value)[:8].hex()}))
+                  "png": bytes(image.value)[:8].hex(),
+                  "toggle": type(toggle).__name__, "toggle_labels": list(toggle._options_labels),
+                  "toggle_description": toggle.description, "toggle_label": toggle.label,
+                  "toggle_changed": bytes(toggle_image.value) != toggle_before}))
 """
 
 
@@ -57,7 +70,7 @@ def move_a_slider(python) -> dict:
 
 
 @pytest.mark.parametrize("flavour", ["colab-ipywidgets7", "book-ipywidgets8"])
-def test_live_explorable_redraws_and_relabels_when_a_slider_moves(flavour):
+def test_live_explorable_redraws_and_relabels_when_a_slider_or_toggle_moves(flavour):
     python = colab_python() if flavour == "colab-ipywidgets7" else sys.executable
     moved = move_a_slider(python)
     assert moved["version"].split(".")[0] == ("7" if flavour == "colab-ipywidgets7" else "8"), moved
@@ -66,6 +79,10 @@ def test_live_explorable_redraws_and_relabels_when_a_slider_moves(flavour):
     assert moved["image_changed"], moved
     assert moved["png"] == b"\x89PNG\r\n\x1a\n".hex(), "the widget's image is not a PNG"
     assert (moved["label_before"], moved["label_after"]) == ("1.0", "2.0"), moved
+    # a categorical choice is toggle buttons, and pressing one redraws
+    assert moved["toggle"] == "ToggleButtons" and moved["toggle_labels"] == ["Iso", "Muon"], moved
+    assert moved["toggle_description"] == "optimizer" and moved["toggle_label"] == "Muon", moved
+    assert moved["toggle_changed"], moved
 
 
 def test_installing_the_book_extra_into_colab_changes_nothing(tmp_path):

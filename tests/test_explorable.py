@@ -259,7 +259,7 @@ def test_website_frames_have_twice_the_pixels_of_their_display_width():
 
     e = Explorable(lambda fig, t: fig.add_subplot().plot([0, 1], [0, t]), [Slider("t", [1, 2])], figsize=(4, 2))
     html_text = e.static_html()
-    assert f"width: {4 * DISPLAY_DPI}px" in html_text
+    assert f"width: {4 * DISPLAY_DPI}px" in html_text   # 4 in fits the column: drawn as asked
     from PIL import Image
     images, _ = e.frames()
     assert Image.open(io.BytesIO(images[0])).size[0] >= 2 * 4 * DISPLAY_DPI - 1
@@ -270,3 +270,123 @@ def test_the_website_build_refuses_a_broken_promise(monkeypatch):
     e = _promising(lambda t, k: t, constant(atol=0.5))
     with pytest.raises(AssertionError, match="stays put"):
         e.show()
+
+
+# ---------------------------------------------------------------- sizes, toggles, palette, alt text
+from isolab.book.explorable import COLUMN_PX, DISPLAY_DPI, MIN_TEXT_PX, first_sentence, fit_to_column  # noqa: E402
+
+
+def test_the_book_s_smallest_text_lands_at_twelve_css_pixels():
+    """10 pt (the smallest text test_captions allows) at DISPLAY_DPI CSS px per inch."""
+    assert 10 * DISPLAY_DPI / 72 >= MIN_TEXT_PX
+
+
+def test_a_figure_wider_than_the_column_is_drawn_at_the_column_s_width():
+    assert fit_to_column((4, 2)) == (4, 2)
+    width, height = fit_to_column((9, 3.6))
+    assert width * DISPLAY_DPI == pytest.approx(COLUMN_PX, abs=0.01) and height / width == pytest.approx(0.4, abs=1e-3)
+    e = Explorable(lambda fig, t: fig.add_subplot().plot([0, t]), [Slider("t", [1, 2])], figsize=(9, 3.6))
+    assert e.requested_figsize == (9, 3.6) and e.figsize == fit_to_column((9, 3.6))
+    assert e.render().get_size_inches()[0] == pytest.approx(e.figsize[0])
+    with pytest.raises(ValueError, match="positive"):
+        fit_to_column((0, 2))
+
+
+def test_the_page_frame_states_its_width_and_smallest_text():
+    def draw(fig, t):
+        ax = fig.add_subplot()
+        ax.plot([0, t])
+        ax.tick_params(labelsize=12)
+        ax.set_title("title", fontsize=14)
+        ax.text(0, 0, "small" if t == 2 else "", fontsize=10.5)   # only in the second frame
+
+    e = Explorable(draw, [Slider("t", [1, 2])], figsize=(5, 2))
+    html = e.static_html()
+    assert 'data-figure-width-in="5"' in html and 'data-min-font-pt="10.5"' in html
+
+
+@pytest.mark.parametrize("values, toggle", [(["Iso", "Muon"], True), ([False, True], True), ([1, 2], False),
+                                            ([0.5, 1.0], False)])
+def test_names_make_a_toggle_and_numbers_a_range(values, toggle):
+    assert Slider("x", values).is_toggle is toggle
+    assert Slider("x", values, toggle=not toggle).is_toggle is (not toggle)
+    assert Slider("flag", [False, True]).format(True) == "on"
+
+
+def _choice(**kwargs):
+    def draw(fig, optimizer, k):
+        fig.add_subplot().plot([0, k], **style_line(optimizer))
+    return Explorable(draw, [Slider("optimizer", ["Iso", "IsoAdam", "Muon"], default="Iso"),
+                             Slider("k", [1, 2, 3])], figsize=(3, 2), **kwargs)
+
+
+def style_line(name):
+    from isolab.book.figures import style
+    return style.line(name)
+
+
+def test_a_categorical_slider_is_a_group_of_buttons_on_the_page():
+    html = _choice().static_html()
+    group = re.search(r'<div class="isolab-toggle" role="group" aria-label="optimizer" data-name="optimizer" '
+                      r'data-index="0">(.*?)</div>', html)
+    assert group, html[:600]
+    buttons = re.findall(r'<button type="button"[^>]*data-index="(\d)" aria-pressed="(true|false)">([^<]*)</button>',
+                         group.group(1))
+    assert buttons == [("0", "true", "Iso"), ("1", "false", "IsoAdam"), ("2", "false", "Muon")]
+    assert html.count('type="range"') == 1                     # k stays a range slider
+
+
+def test_a_categorical_slider_is_toggle_buttons_live():
+    widgets = pytest.importorskip("ipywidgets")
+    e = _choice()
+    box = e.widget()
+    toggle, slider = box.children[0].children
+    image = box.children[-1]
+    assert isinstance(toggle, widgets.ToggleButtons) and isinstance(slider, widgets.SelectionSlider)
+    assert toggle.description == "optimizer" and list(toggle._options_labels) == ["Iso", "IsoAdam", "Muon"]
+    before = bytes(image.value)
+    toggle.value = "Muon"
+    assert bytes(image.value) != before and bytes(image.value) == _choice().png(optimizer="Muon")
+
+
+def test_frames_keep_every_optimizer_s_colour_with_a_small_palette():
+    """Eight fitted colours would merge thin curves of similar weight; the book's own
+    colours are kept exactly, so Iso and IsoAdam stay two colours."""
+    import matplotlib.colors
+    import numpy as np
+
+    from isolab.book.figures import style
+
+    def draw(fig, k):
+        ax = fig.add_subplot()
+        for i, name in enumerate(["SGD", "Adam", "Muon", "Iso", "IsoAdam", "SOAP", "Shampoo"]):
+            ax.plot([0, 1], [i, i + k], **style.line(name, markers=False))
+
+    e = Explorable(draw, [Slider("k", [1, 2])], figsize=(5, 2.5), static_colors=8)
+    images, _ = e.frames()
+    shown = {tuple(p) for p in np.asarray(Image.open(io.BytesIO(images[0])).convert("RGB")).reshape(-1, 3)}
+    for name in ["SGD", "Adam", "Muon", "Iso", "IsoAdam", "SOAP", "Shampoo"]:
+        rgb = tuple(round(255 * v) for v in matplotlib.colors.to_rgb(style.color(name)))
+        assert rgb in shown, f"{name}'s colour {rgb} was lost to the palette"
+
+
+@pytest.mark.parametrize("text, first", [
+    ("Turn θ: the cloud turns. The cosine stays.", "Turn θ: the cloud turns."),
+    ("A value of 0.5 is kept! Then more.", "A value of 0.5 is kept!"),
+    ("No full stop", "No full stop"),
+    ("  spaced \n  out.  Next", "spaced out."),
+])
+def test_first_sentence(text, first):
+    assert first_sentence(text) == first
+
+
+def test_the_page_image_s_alt_text_is_the_caption_s_first_sentence_or_alt():
+    caption = "Move t: the line tilts. Nothing else moves."
+    e = Explorable(lambda fig, t: fig.add_subplot().plot([0, t]), [Slider("t", [1, 2])], figsize=(3, 2),
+                   caption=caption)
+    assert 'alt="Move t: the line tilts."' in e.static_html()
+    e = Explorable(lambda fig, t: fig.add_subplot().plot([0, t]), [Slider("t", [1, 2])], figsize=(3, 2),
+                   caption=caption, alt="A line whose slope follows t.")
+    assert 'alt="A line whose slope follows t."' in e.static_html()
+    bare = Explorable(lambda fig, t: fig.add_subplot().plot([0, t]), [Slider("t", [1, 2], label="slope")])
+    assert bare.alt == "Explorable figure: slope"

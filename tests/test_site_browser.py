@@ -1,11 +1,25 @@
 """The built website, opened page by page in a real browser.
 
-Serves ``_build/html`` on 127.0.0.1 and drives Debian's Chromium with Playwright. For
-every page it fails on: a console error or uncaught exception, a request that leaves
-127.0.0.1 (the site must work offline and privately), math that MathJax did not render,
-an image that did not load, and a kernel-free explorable whose figure does not change
-when a slider moves, whose frames exceed the 2 MB budget, or whose frames have fewer than
-twice the pixels of the width the page shows them at.
+Serves ``_build/html`` on 127.0.0.1 and drives Debian's Chromium with Playwright, at a
+1280-px window. Each page is opened once (:func:`page_report` measures everything in
+that visit); the tests below, each parametrized by page so that one chapter's failure
+does not hide another's, fail on:
+
+* ``test_page``: a console error or uncaught exception, a request that leaves 127.0.0.1
+  (the site must work offline and privately), math that MathJax did not render, an image
+  that did not load, and a kernel-free explorable whose figure does not change when a
+  slider or toggle moves (by pointer and by keyboard), whose frames exceed the 2 MB
+  budget, or whose frames have fewer than twice the pixels of the width the page shows;
+* ``test_nothing_scrolls_sideways``: an element of the main column that scrolls sideways
+  (a code block, an output, an equation) or spills past the column's edge;
+* ``test_explorable_text_is_legible``: explorable text under 12 CSS px at the width the
+  page shows the frame (its smallest text in points, from the frame's data attributes,
+  times the shown width over the figure's width in points);
+* ``test_every_image_has_alt_text`` (chapters): an image without alt text, or whose alt
+  text is only its file name;
+* ``test_figures_are_numbered_in_order`` (chapters): a figure (a cell showing an image or
+  an explorable) not followed by its caption, ``Figure N.k.`` in bold, numbered
+  1, 2, ... in order of appearance with N the chapter's number.
 
 ``make test`` builds the site and installs Chromium first. Set ``ISOLAB_SCREENSHOTS=dir``
 to save a full-page screenshot of every page.
@@ -160,43 +174,202 @@ def wait_for_page(page) -> None:
     )
 
 
-@pytest.mark.parametrize("page_path", site_pages() or ["<no built site>"])
-def test_page(browser, base_url, page_path):
+#: Smallest explorable text, CSS px at the shown width (BOOK_STYLE).
+MIN_TEXT_PX = 12
+CHAPTER = re.compile(r"book/ch(\d\d)_")
+
+
+def chapter_number(page_path: str) -> int | None:
+    match = CHAPTER.match(page_path)
+    return int(match.group(1)) if match else None
+
+
+PAGES = site_pages() or ["<no built site>"]
+CHAPTER_PAGES = [p for p in PAGES if chapter_number(p) is not None] or ["<no built site>"]
+
+#: Measured in the page before any control is touched (layout, images, figures).
+LAYOUT = r"""() => {
+  const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const box = article.getBoundingClientRect();
+  const shown = el => el.getClientRects().length > 0 && !el.closest('details:not([open]) > :not(summary)');
+  const name = el => {
+    const text = (el.textContent || '').replace(/\s+/g, ' ').trim().slice(0, 60);
+    const section = el.closest('section[id]');
+    return `${el.tagName.toLowerCase()}${el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : ''}`
+      + ` in §${section ? section.id : '?'}: "${text}"`;
+  };
+  const overflow = [];
+  for (const el of article.querySelectorAll('*')) {
+    if (!shown(el)) continue;
+    const style = getComputedStyle(el);
+    if (['auto', 'scroll'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1) {
+      overflow.push(`${name(el)} scrolls sideways (${el.scrollWidth} px of content in ${el.clientWidth} px)`);
+    }
+  }
+  for (const el of article.querySelectorAll('pre, img, table, mjx-container, div.isolab-explorable, div.cell, p')) {
+    if (!shown(el)) continue;
+    const right = el.getBoundingClientRect().right;
+    if (right > box.right + 1) overflow.push(`${name(el)} spills ${Math.round(right - box.right)} px past the column`);
+  }
+  const images = Array.from(article.querySelectorAll('img')).map(img => ({
+    alt: (img.getAttribute('alt') || '').trim(), src: (img.getAttribute('src') || '').slice(0, 60),
+    explorable: !!img.closest('div.isolab-explorable')}));
+  const explorables = Array.from(article.querySelectorAll('div.isolab-explorable')).map(root => {
+    const img = root.querySelector('img.isolab-frame');
+    return {width_in: parseFloat(root.dataset.figureWidthIn), font_pt: parseFloat(root.dataset.minFontPt),
+            shown: img.getBoundingClientRect().width, natural: img.naturalWidth,
+            controls: Array.from(root.querySelectorAll('[data-name]')).map(c => c.dataset.name).join(', ')};
+  });
+  // A figure: a cell whose output shows an image or an explorable; its caption is the
+  // element right after the cell.
+  const figures = [];
+  for (const cell of article.querySelectorAll('div.cell')) {
+    const output = cell.querySelector('div.cell_output');
+    if (!output || !output.querySelector('img, div.isolab-explorable')) continue;
+    if (!shown(output.querySelector('img, div.isolab-explorable'))) continue;
+    const next = cell.nextElementSibling;
+    const strong = next && next.tagName === 'P' && next.firstElementChild && next.firstElementChild.tagName === 'STRONG'
+      && next.textContent.trim().startsWith(next.firstElementChild.textContent.trim()) ? next.firstElementChild.textContent.trim() : null;
+    const section = cell.closest('section[id]');
+    figures.push({label: strong, next: next ? next.textContent.replace(/\s+/g, ' ').trim().slice(0, 50) : '(nothing)',
+                  section: section ? section.id : '?'});
+  }
+  return {overflow, images, explorables, figures};
+}"""
+
+_REPORTS: dict[str, dict] = {}
+
+
+def page_report(browser, base_url, page_path) -> dict:
+    """Everything the tests check on one page, measured in one visit (cached per page)."""
     assert page_path != "<no built site>", f"no built site at {SITE}: run `make book` first"
-    visit = PageVisit(browser, base_url + page_path)
-    page = visit.page
-    try:
-        wait_for_page(page)
+    if page_path not in _REPORTS:
+        report: dict = {}
+        visit = PageVisit(browser, base_url + page_path)
+        page = visit.page
+        try:
+            wait_for_page(page)
+            report["math_total"] = page.locator(".math").count()
+            report["math_rendered"] = page.evaluate(
+                "() => Array.from(document.querySelectorAll('.math')).filter(e => e.querySelector('mjx-container')).length")
+            report["math_errors"] = page.locator("mjx-merror").count()
+            report["broken"] = page.evaluate(
+                "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80))")
+            report.update(page.evaluate(LAYOUT))
+            if os.environ.get("ISOLAB_SCREENSHOTS"):
+                out = Path(os.environ["ISOLAB_SCREENSHOTS"]) / (page_path.replace("/", "__") + ".png")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(out), full_page=True)
+            report["interaction"] = []
+            for index in range(page.locator("div.isolab-explorable").count()):
+                try:
+                    check_explorable(page.locator("div.isolab-explorable").nth(index))
+                except AssertionError as failure:
+                    report["interaction"].append(f"explorable {index + 1}: {failure}")
+            report["outside"], report["errors"] = list(visit.outside), list(visit.errors)
+        except Exception as error:  # noqa: BLE001 - every test of this page reports it
+            report["visit_error"] = f"{type(error).__name__}: {error}"
+        finally:
+            visit.close()
+        _REPORTS[page_path] = report
+    report = _REPORTS[page_path]
+    assert "visit_error" not in report, f"{page_path}: the page could not be measured: {report['visit_error']}"
+    return report
 
-        math_total = page.locator(".math").count()
-        if math_total:
-            rendered = page.evaluate(
-                "() => Array.from(document.querySelectorAll('.math')).filter(e => e.querySelector('mjx-container')).length"
-            )
-            assert rendered == math_total, f"{math_total - rendered} of {math_total} math elements were not rendered by MathJax"
-            assert page.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
 
-        broken = page.evaluate(
-            "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80))"
-        )
-        assert not broken, f"images that did not load: {broken}"
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page(browser, base_url, page_path):
+    report = page_report(browser, base_url, page_path)
+    if report["math_total"]:
+        missing = report["math_total"] - report["math_rendered"]
+        assert not missing, f"{missing} of {report['math_total']} math elements were not rendered by MathJax"
+        assert report["math_errors"] == 0, "MathJax reported a TeX error"
+    assert not report["broken"], f"images that did not load: {report['broken']}"
+    assert not report["interaction"], "\n".join(report["interaction"])
+    assert not report["outside"], f"requests left 127.0.0.1: {report['outside']}"
+    assert not report["errors"], f"console errors: {report['errors']}"
 
-        for index in range(page.locator("div.isolab-explorable").count()):
-            check_explorable(page.locator("div.isolab-explorable").nth(index))
 
-        if os.environ.get("ISOLAB_SCREENSHOTS"):
-            out = Path(os.environ["ISOLAB_SCREENSHOTS"]) / (page_path.replace("/", "__") + ".png")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(out), full_page=True)
+@pytest.mark.parametrize("page_path", PAGES)
+def test_nothing_scrolls_sideways(browser, base_url, page_path):
+    """At 1280 px no block of the main column scrolls sideways or spills past it (visible
+    code is at most 88 characters a line, which the column fits)."""
+    overflow = page_report(browser, base_url, page_path)["overflow"]
+    assert not overflow, f"{page_path}: {len(overflow)} element(s) too wide for the column:\n  " + "\n  ".join(overflow[:25])
 
-        assert not visit.outside, f"requests left 127.0.0.1: {visit.outside}"
-        assert not visit.errors, f"console errors: {visit.errors}"
-    finally:
-        visit.close()
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_explorable_text_is_legible(browser, base_url, page_path):
+    small = []
+    for i, e in enumerate(page_report(browser, base_url, page_path)["explorables"], 1):
+        if not (e["width_in"] > 0 and e["font_pt"] > 0):
+            small.append(f"explorable {i} ({e['controls']}) does not state its figure width and smallest text "
+                         "(data-figure-width-in, data-min-font-pt)")
+            continue
+        px = e["font_pt"] * e["shown"] / (72 * e["width_in"])
+        if px < MIN_TEXT_PX:
+            small.append(f"explorable {i} ({e['controls']}): its smallest text, {e['font_pt']:g} pt on a figure "
+                         f"{e['width_in']:g} in wide shown {e['shown']:.0f} px wide, lands at {px:.1f} CSS px")
+    assert not small, f"{page_path}: explorable text under {MIN_TEXT_PX} CSS px:\n  " + "\n  ".join(small)
+
+
+FILE_NAME = re.compile(r"(^|/)[\w.-]+\.(png|jpe?g|svg|gif)$", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page_path", CHAPTER_PAGES)
+def test_every_image_has_alt_text(browser, base_url, page_path):
+    """The alt text of a figure is its caption's first sentence (the figure cell's
+    ``mystnb.image.alt``; an explorable's ``alt`` or caption); Sphinx's fallback, the
+    image's file name, is not a description."""
+    images = page_report(browser, base_url, page_path)["images"]
+    bad = [f"{img['src']}… alt={img['alt']!r}" for img in images if not img["alt"] or FILE_NAME.search(img["alt"])]
+    assert not bad, f"{page_path}: {len(bad)} of {len(images)} images have no alt text:\n  " + "\n  ".join(bad[:20])
+
+
+@pytest.mark.parametrize("page_path", CHAPTER_PAGES)
+def test_figures_are_numbered_in_order(browser, base_url, page_path):
+    """Every figure is followed by its caption, which opens with the bold label
+    ``Figure N.k.``: N the chapter, k = 1, 2, ... in order of appearance."""
+    assert page_path != "<no built site>", f"no built site at {SITE}: run `make book` first"
+    chapter = chapter_number(page_path)
+    figures = page_report(browser, base_url, page_path)["figures"]
+    assert figures, f"{page_path}: no figure found on the page"
+    wrong = [f"figure {k} in §{f['section']}: followed by {f['next']!r}, expected the label 'Figure {chapter}.{k}.'"
+             for k, f in enumerate(figures, 1) if f["label"] != f"Figure {chapter}.{k}."]
+    assert not wrong, f"{page_path}: {len(wrong)} of {len(figures)} figures lack their numbered caption:\n  " + "\n  ".join(wrong)
+
+
+def _press(root, control) -> None:
+    """Change one control of an explorable: a range slider to its other end (keyboard),
+    a toggle group to its next button (arrow key from the pressed one)."""
+    if control.evaluate("el => el.tagName") == "INPUT":
+        key = "Home" if control.input_value() == control.get_attribute("max") else "End"
+        control.focus()
+        control.press(key)
+    else:
+        control.locator("button[aria-pressed=true]").focus()
+        control.locator("button[aria-pressed=true]").press("ArrowRight")
+
+
+def _position(control) -> str:
+    if control.evaluate("el => el.tagName") == "INPUT":
+        return control.input_value()
+    return control.get_attribute("data-index")
+
+
+def _restore(control, position: str) -> None:
+    """Put a control back where it was: a range by setting its value, a toggle by
+    clicking the button it had pressed."""
+    if control.evaluate("el => el.tagName") == "INPUT":
+        control.evaluate("(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", position)
+    else:
+        control.locator(f"button[data-index='{position}']").click()
 
 
 def check_explorable(root) -> None:
-    """Every slider of a kernel-free explorable changes the figure, and back."""
+    """Every control of a kernel-free explorable changes the figure, and back: range
+    sliders for ordered quantities, toggle buttons (reached and pressed by keyboard, and
+    by pointer) for categorical choices."""
     assert root.get_attribute("data-ready") == "true", "explorable script did not initialise"
     payload = root.locator("script.isolab-explorable-data").inner_text()
     assert len(payload) < MAX_EXPLORABLE_BYTES, f"explorable frames take {len(payload)} bytes"
@@ -205,25 +378,21 @@ def check_explorable(root) -> None:
     assert shown > 0 and natural >= 2 * shown - 1, (
         f"a frame {natural} px wide is shown {shown:.0f} px wide: draw it at twice the width the page shows "
         "(high-density screens)")
-    sliders = root.locator("input[type=range]")
-    assert sliders.count() >= 1
-    for i in range(sliders.count()):
-        slider = sliders.nth(i)
-        start_src = image.get_attribute("src")
-        start_value = slider.input_value()
-        key = "Home" if start_value == slider.get_attribute("max") else "End"
-        slider.focus()
-        slider.press(key)
-        moved_value = slider.input_value()
-        assert moved_value != start_value, f"slider {slider.get_attribute('data-name')} did not move"
-        assert image.get_attribute("src") != start_src, (
-            f"moving slider {slider.get_attribute('data-name')} did not change the figure"
-        )
-        label = slider.locator("xpath=following-sibling::output").inner_text()
-        assert label, "the slider's value label is empty"
-        # put it back: the figure must return to the frame it started from
-        slider.evaluate(
-            "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }",
-            start_value,
-        )
-        assert image.get_attribute("src") == start_src, "returning a slider did not restore the figure"
+    controls = root.locator("input[type=range][data-name], div.isolab-toggle[data-name]")
+    assert controls.count() >= 1
+    for i in range(controls.count()):
+        control = controls.nth(i)
+        name = control.get_attribute("data-name")
+        start_src, start = image.get_attribute("src"), _position(control)
+        _press(root, control)
+        assert _position(control) != start, f"control {name} did not move"
+        assert image.get_attribute("src") != start_src, f"moving control {name} did not change the figure"
+        if control.evaluate("el => el.tagName") == "INPUT":
+            label = control.locator("xpath=following-sibling::output").inner_text()
+            assert label, "the slider's value label is empty"
+        else:
+            pressed = control.locator("button[aria-pressed=true]")
+            assert pressed.count() == 1, f"toggle {name}: {pressed.count()} buttons marked pressed"
+            assert pressed.get_attribute("data-index") == _position(control), f"toggle {name}: the pressed button is not the choice"
+        _restore(control, start)  # the figure must return to the frame it started from
+        assert image.get_attribute("src") == start_src, f"returning control {name} did not restore the figure"

@@ -37,9 +37,28 @@ build does so for every explorable it draws (:meth:`Explorable.show` in static m
 the tests for Part I's figure modules call it, so a caption that says "watch X stay put"
 fails when X moves.
 
-Website frames are drawn at ``static_dpi`` (twice :data:`DISPLAY_DPI` by default) and shown
-at :data:`DISPLAY_DPI` CSS pixels per inch of figure, so each frame has twice the pixels
-of its width on the page and stays crisp on high-density screens.
+**Sizes on the page.** The website shows a frame at :data:`DISPLAY_DPI` CSS pixels per
+inch of figure, so text of ``p`` points lands at ``p · DISPLAY_DPI / 72`` CSS pixels: the
+book's smallest text, 10 pt, at 12.5 px. A figure wider than the column
+(:data:`COLUMN_PX`) would be shrunk by the browser and its text with it, so an explorable
+asked for a wider ``figsize`` is drawn at the column's width (both sides scaled, the
+fonts kept in points: the text grows relative to the figure instead of shrinking on
+the page). Frames are drawn at ``static_dpi`` (twice :data:`DISPLAY_DPI`), so each has
+twice the pixels of its width on the page and stays crisp on high-density screens. The
+page's frame carries its figure width in inches and its smallest text in points as data
+attributes, from which the browser test computes the text's size where it is shown.
+
+**Sliders and toggles.** A :class:`Slider` whose values are names (strings, or
+``True``/``False``) is a categorical choice: it becomes toggle buttons (ipywidgets
+``ToggleButtons`` live, a group of buttons on the website), not a range slider.
+
+**Colours of the website's frames.** Frames are palette PNGs (a fraction of the size of
+full colour). The palette always holds the book's own colours that a frame uses (every
+optimizer's, every role's, exactly), plus ``static_colors`` colours fitted to the frame
+for the rest (antialiased edges, colour maps), so each optimizer drawn keeps its own
+colour however small ``static_colors`` is.
+
+**Alt text.** The website's image takes ``alt``, or the caption's first sentence.
 
 Extreme slider values must never show a traceback or a blank figure. A drawing function
 signals a combination it cannot show by raising :class:`FigureMessage`; the figure then
@@ -51,11 +70,13 @@ exception fails the build, so bugs cannot hide behind a message.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import io
 import itertools
 import json
+import math
 import os
 import textwrap
 import weakref
@@ -67,7 +88,8 @@ from matplotlib.figure import Figure  # drawn without pyplot: no backend, no glo
 
 __all__ = [
     "Slider", "Explorable", "FigureMessage", "Promise", "constant", "nondecreasing", "nonincreasing",
-    "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "MIN_MAIN_VALUES", "registry", "shown",
+    "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "COLUMN_PX", "MIN_TEXT_PX", "MIN_MAIN_VALUES",
+    "registry", "shown", "first_sentence", "fit_to_column", "palette_png", "smallest_text",
 ]
 
 MODE_VARIABLE = "ISOLAB_EXPLORABLE"
@@ -79,8 +101,14 @@ MAX_STATIC_BYTES = 2_000_000
 MAX_FRAMES = 400
 #: How many frames a live widget keeps, so that revisiting a setting costs nothing.
 LIVE_CACHE_FRAMES = 128
-#: CSS pixels per inch of figure on the website (frames are drawn at twice this).
-DISPLAY_DPI = 80
+#: CSS pixels per inch of figure on the website (frames are drawn at twice this): 10 pt
+#: text lands at 12.5 CSS px.
+DISPLAY_DPI = 90
+#: CSS pixels the book's column gives a frame at a 1280-px window (the 684-px column less
+#: the explorable's border and padding, ``book/_static/explorable.css``).
+COLUMN_PX = 672
+#: The smallest figure text the website may show, in CSS pixels at the width shown.
+MIN_TEXT_PX = 12
 #: Fewest values of a main slider whose quantity varies continuously.
 MIN_MAIN_VALUES = 9
 
@@ -100,6 +128,27 @@ def shown() -> list["Explorable"]:
     return list(_SHOWN)
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (up to the first ``.``, ``!`` or ``?`` followed by a
+    space or the end; decimals such as ``0.5`` do not end it)."""
+    text = " ".join(str(text).split())
+    for i, ch in enumerate(text):
+        if ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " "):
+            return text[: i + 1]
+    return text
+
+
+def fit_to_column(figsize: tuple[float, float], column_px: float = COLUMN_PX,
+                  display_dpi: float = DISPLAY_DPI) -> tuple[float, float]:
+    """``figsize`` scaled down (both sides) so that the figure, shown at ``display_dpi``
+    CSS pixels per inch, fits the column; unchanged when it already fits."""
+    width, height = float(figsize[0]), float(figsize[1])
+    if width <= 0 or height <= 0:
+        raise ValueError(f"figsize must be positive, got {figsize!r}")
+    scale = min(1.0, column_px / (width * display_dpi))
+    return (round(width * scale, 4), round(height * scale, 4))
+
+
 class FigureMessage(Exception):
     """Raised by a drawing function for a parameter combination it cannot show.
 
@@ -114,6 +163,9 @@ class Slider:
 
     ``values`` are shown in the given order; ``default`` (one of ``values``, the middle
     one when omitted) is where the slider starts. ``fmt`` formats a value for its label.
+    Values that are names (strings, or ``True``/``False``) make a categorical choice,
+    shown as toggle buttons rather than a range (:attr:`is_toggle`); ``toggle`` forces
+    either form.
     """
 
     name: str
@@ -121,6 +173,7 @@ class Slider:
     label: str | None = None
     default: Any = None
     fmt: str = "{:g}"
+    toggle: bool | None = None
     _index: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
@@ -146,7 +199,17 @@ class Slider:
     def text(self) -> str:
         return self.label or self.name
 
+    @property
+    def is_toggle(self) -> bool:
+        """Whether the choice is categorical (toggle buttons): forced by ``toggle``, else
+        when every value is a name (a string or a bool)."""
+        if self.toggle is not None:
+            return bool(self.toggle)
+        return all(isinstance(v, (str, bool)) for v in self.values)
+
     def format(self, value: Any) -> str:
+        if isinstance(value, bool) and self.fmt == "{:g}":
+            return "on" if value else "off"
         try:
             return self.fmt.format(value)
         except (ValueError, TypeError):
@@ -239,11 +302,15 @@ class Explorable:
     sliders:
         One :class:`Slider` per keyword argument of ``draw``.
     figsize, dpi:
-        Size of the figure; frames on the website use ``static_dpi`` and a palette of
-        ``static_colors`` colours (plots need few, and a palette PNG is a fraction of the
-        size of a full-colour one).
+        Size of the figure in inches (a width over the column's, :data:`COLUMN_PX` at
+        :data:`DISPLAY_DPI`, is scaled down to it, see the module docstring; the size
+        drawn is :attr:`figsize`, the one asked for :attr:`requested_figsize`) and its
+        resolution live. Frames on the website use ``static_dpi`` and a palette of the
+        book's colours plus ``static_colors`` colours fitted to each frame.
     caption:
-        Optional text under the sliders (alt text of the image on the website).
+        Optional text under the sliders.
+    alt:
+        The website image's alt text (default: the caption's first sentence).
     main:
         The name of the slider the caption is about (see the module docstring).
     promises:
@@ -267,6 +334,7 @@ class Explorable:
         static_dpi: int = 2 * DISPLAY_DPI,
         static_colors: int = 64,
         caption: str = "",
+        alt: str | None = None,
         main: str | None = None,
         promises: Sequence[Promise] = (),
         trains: bool = False,
@@ -303,18 +371,22 @@ class Explorable:
         self.promises = promises
         self.draw = draw
         self.sliders = sliders
-        self.figsize = figsize
+        self.requested_figsize = (float(figsize[0]), float(figsize[1]))
+        self.figsize = fit_to_column(figsize)
         self.dpi = dpi
         self.static_dpi = static_dpi
         if not 2 <= static_colors <= 256:
             raise ValueError(f"static_colors must be between 2 and 256, got {static_colors}")
         self.static_colors = static_colors
         self.caption = caption
+        self.alt = (alt if alt is not None else first_sentence(caption)).strip() or (
+            "Explorable figure: " + ", ".join(s.text for s in sliders))
         self.redraw_budget_ms = 300.0 if trains else 150.0
         self.max_static_bytes = max_static_bytes
         self.n_frames = n_frames
-        self._figure = Figure(figsize=figsize, dpi=dpi)
+        self._figure = Figure(figsize=self.figsize, dpi=dpi)
         self._margins: dict[str, float] | None = None
+        self.min_font_pt = math.inf   # the smallest text of the website's frames (set by frames())
         self._serial = next(self._counter)
         _REGISTRY.add(self)
 
@@ -424,15 +496,13 @@ class Explorable:
 
     # ------------------------------------------------------------ static frames
     def _frame_bytes(self, params: dict[str, Any]) -> bytes:
-        """One frame for the website: a palette PNG, far smaller than full colour."""
+        """One frame for the website: a palette PNG (:func:`palette_png`), far smaller
+        than full colour. Records the frame's smallest text in :attr:`min_font_pt`."""
         from PIL import Image
 
         raw = self.png(dpi=self.static_dpi, strict=True, **params)
-        image = Image.open(io.BytesIO(raw)).convert("RGB")
-        quantized = image.quantize(colors=self.static_colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-        out = io.BytesIO()
-        quantized.save(out, format="PNG", optimize=True)
-        return out.getvalue()
+        self.min_font_pt = min(self.min_font_pt, smallest_text(self._figure))
+        return palette_png(Image.open(io.BytesIO(raw)), self.static_colors)
 
     def frames(self) -> tuple[list[bytes], dict[str, int]]:
         """Every frame of the grid: the distinct images and, for each combination of
@@ -440,6 +510,7 @@ class Explorable:
         images: list[bytes] = []
         seen: dict[str, int] = {}
         index: dict[str, int] = {}
+        self.min_font_pt = math.inf
         for combo in itertools.product(*(range(len(s.values)) for s in self.sliders)):
             params = {s.name: s.values[i] for s, i in zip(self.sliders, combo)}
             data = self._frame_bytes(params)
@@ -470,41 +541,27 @@ class Explorable:
                 f"{self.max_static_bytes / 1e6:.2f} MB; use fewer slider values or a smaller figure"
             )
         key = "-".join(str(s.default_index) for s in self.sliders)
-        controls = "".join(
-            f'<label class="isolab-slider"><span class="isolab-slider-name">{html.escape(s.text)}</span>'
-            f'<input type="range" min="0" max="{len(s.values) - 1}" step="1" value="{s.default_index}" '
-            f'data-name="{s.name}" aria-label="{html.escape(s.text)}">'
-            f'<output>{html.escape(s.format(s.default))}</output></label>'
-            for s in self.sliders
-        )
-        alt = html.escape(self.caption or "Explorable figure: " + ", ".join(s.text for s in self.sliders))
+        controls = "".join(_static_toggle(s) if s.is_toggle else _static_range(s) for s in self.sliders)
         caption = f'<p class="isolab-caption">{html.escape(self.caption)}</p>' if self.caption else ""
+        font = f"{self.min_font_pt:g}" if math.isfinite(self.min_font_pt) else ""
         return (
-            f'<div class="isolab-explorable" id="isolab-explorable-{self._serial}">'
+            f'<div class="isolab-explorable" id="isolab-explorable-{self._serial}" '
+            f'data-figure-width-in="{self.figsize[0]:g}" data-min-font-pt="{font}">'
             f'<div class="isolab-controls">{controls}</div>{caption}'
-            f'<img class="isolab-frame" alt="{alt}" style="width: {round(self.figsize[0] * DISPLAY_DPI)}px" '
-            f'src="{uris[index[key]]}">'
+            f'<img class="isolab-frame" alt="{html.escape(self.alt)}" '
+            f'style="width: {round(self.figsize[0] * DISPLAY_DPI)}px" src="{uris[index[key]]}">'
             f'<script type="application/json" class="isolab-explorable-data">{data}</script>'
             "</div>"
         )
 
     # --------------------------------------------------------------- live widget
     def widget(self):
-        """An ipywidgets box: one selection slider per parameter above the figure."""
+        """An ipywidgets box: one control per parameter above the figure, a selection
+        slider for an ordered quantity and toggle buttons for a categorical choice."""
         import ipywidgets as widgets
 
         image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        controls = {
-            s.name: widgets.SelectionSlider(
-                options=[(s.format(v), v) for v in s.values],
-                value=s.default,
-                description=s.text,
-                continuous_update=True,
-                style={"description_width": "initial"},
-                layout=widgets.Layout(width="320px"),
-            )
-            for s in self.sliders
-        }
+        controls = {s.name: _live_control(widgets, s) for s in self.sliders}
 
         cache: "OrderedDict[tuple, bytes]" = OrderedDict()
 
@@ -560,3 +617,101 @@ class Explorable:
         broken = self.broken_promises()
         if broken:
             raise AssertionError("the caption promises what the figure does not show:\n" + "\n".join(map(str, broken[:5])))
+
+
+# ------------------------------------------------------------------ helpers
+def _static_range(s: Slider) -> str:
+    """A range input for an ordered quantity (its value printed beside it)."""
+    return (f'<label class="isolab-slider"><span class="isolab-slider-name">{html.escape(s.text)}</span>'
+            f'<input type="range" min="0" max="{len(s.values) - 1}" step="1" value="{s.default_index}" '
+            f'data-name="{s.name}" aria-label="{html.escape(s.text)}">'
+            f'<output>{html.escape(s.format(s.default))}</output></label>')
+
+
+def _static_toggle(s: Slider) -> str:
+    """A group of toggle buttons for a categorical choice: each a real ``<button>`` (in
+    the tab order, pressed with Enter or Space; the arrow keys step through the group),
+    the chosen one marked ``aria-pressed="true"``."""
+    buttons = "".join(
+        f'<button type="button" class="isolab-toggle-button" data-index="{i}" '
+        f'aria-pressed="{str(i == s.default_index).lower()}">{html.escape(s.format(v))}</button>'
+        for i, v in enumerate(s.values))
+    return (f'<div class="isolab-toggle" role="group" aria-label="{html.escape(s.text)}" data-name="{s.name}" '
+            f'data-index="{s.default_index}"><span class="isolab-slider-name">{html.escape(s.text)}</span>'
+            f'{buttons}</div>')
+
+
+def _live_control(widgets, s: Slider):
+    """The live control of one slider: ``ToggleButtons`` for a categorical choice, a
+    ``SelectionSlider`` otherwise (both exist, with these arguments, in ipywidgets 7.7
+    as Colab ships it and in 8.x)."""
+    options = [(s.format(v), v) for v in s.values]
+    if s.is_toggle:
+        return widgets.ToggleButtons(options=options, value=s.default, description=s.text,
+                                     style={"description_width": "initial", "button_width": "auto"})
+    return widgets.SelectionSlider(options=options, value=s.default, description=s.text, continuous_update=True,
+                                   style={"description_width": "initial"}, layout=widgets.Layout(width="320px"))
+
+
+def smallest_text(fig: Figure) -> float:
+    """The font size in points of the smallest visible, non-empty text of ``fig``
+    (infinity when it has none)."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return float(min(sizes)) if sizes else math.inf
+
+
+@functools.lru_cache(maxsize=1)
+def book_colors() -> tuple[tuple[int, int, int], ...]:
+    """The book's own colours as 8-bit RGB: every optimizer's and every role's, and the
+    darker forms their text takes (``style.text_color``)."""
+    import matplotlib.colors
+
+    from isolab.book.figures import style  # imported here: style imports this module
+
+    named = [look.color for look in style.OPTIMIZERS.values()] + list(style.ROLES.values())
+    named += [style.text_color(c) for c in named]
+    out = []
+    for c in named:
+        rgb = tuple(int(round(255 * v)) for v in matplotlib.colors.to_rgb(c))
+        if rgb not in out:
+            out.append(rgb)
+    return tuple(out)
+
+
+#: Pixels of one of the book's colours a frame must hold for the palette to keep it exactly.
+_KEEP_PIXELS = 20
+
+
+def palette_png(image, colors: int) -> bytes:
+    """``image`` as a palette PNG: the book's colours that it holds (at least a few
+    pixels of each, exactly), plus ``colors`` colours fitted to the image by median cut
+    for everything else; every pixel takes the nearest palette colour (no dithering).
+
+    A fitted palette alone gives its entries to what covers the most pixels, so two
+    thin curves of similar weight (Iso's green and IsoAdam's wine, say) can share one
+    averaged entry; keeping the book's colours exact keeps every optimizer its own."""
+    import numpy as np
+    from PIL import Image
+
+    image = image.convert("RGB")
+    pixels = np.asarray(image, dtype=np.uint32)
+    codes = (pixels[..., 0] << 16) | (pixels[..., 1] << 8) | pixels[..., 2]
+    wanted = np.array([(r << 16) | (g << 8) | b for r, g, b in book_colors()], dtype=np.uint32)
+    found, counts = np.unique(codes[np.isin(codes, wanted)], return_counts=True)
+    kept = [(int(c) >> 16, (int(c) >> 8) & 255, int(c) & 255) for c, n in zip(found, counts) if n >= _KEEP_PIXELS]
+    fitted = image.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    entries = fitted.getpalette()
+    palette = list(kept)
+    for _, i in sorted(fitted.getcolors(256), reverse=True):          # the most used first
+        rgb = tuple(entries[3 * i:3 * i + 3])
+        if rgb not in palette and len(palette) < 256:
+            palette.append(rgb)
+    flat = [v for rgb in palette for v in rgb]
+    holder = Image.new("P", (1, 1))
+    holder.putpalette(flat + flat[:3] * (256 - len(palette)))   # unused entries repeat the first colour
+    quantized = image.quantize(palette=holder, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    quantized.save(out, format="PNG", optimize=True)
+    return out.getvalue()

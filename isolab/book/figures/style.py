@@ -15,8 +15,11 @@ black. Each optimizer also has its own marker and line style, so that the curves
 be told apart in greyscale too; ``tests/test_figure_style.py`` checks both, the colours
 through a simulation of protan, deutan and tritan vision (Machado et al., 2009).
 
-Sizes are chosen for the page: a figure ``FIG_WIDTH`` inches wide is shown about that
-many inches wide (80 CSS pixels per inch), so the 11 pt base font reads as 11 pt text.
+Sizes are chosen for the page. A plain figure is drawn at :data:`FIGURE_DPI` (twice that
+in pixels, for high-density screens) and shown at most the column's width. An explorable
+is drawn at most the column's width (:data:`COLUMN_WIDTH` inches, at
+:data:`~isolab.book.explorable.DISPLAY_DPI` CSS pixels per inch), so that its text is
+shown at its size in points: 10 pt, the smallest the book uses, at 12.5 CSS pixels.
 Ordered quantities (a condition number, a batch size) use :func:`sequence`, a
 colour-blind-safe sequential map, rather than optimizer colours.
 """
@@ -30,15 +33,21 @@ from typing import Sequence
 import matplotlib
 import numpy as np
 
-from isolab.book.explorable import DISPLAY_DPI
+from isolab.book.explorable import COLUMN_PX, DISPLAY_DPI
 
 __all__ = [
     "Look", "OPTIMIZERS", "ROLES", "look", "line", "color", "sequence", "text_color", "contrast", "use", "rc",
-    "colorbar", "label_end", "spread_labels", "FIG_WIDTH", "DISPLAY_DPI", "FONT_SIZE",
+    "colorbar", "label_end", "spread_labels", "FIG_WIDTH", "COLUMN_WIDTH", "DISPLAY_DPI", "FIGURE_DPI", "FONT_SIZE",
 ]
 
-#: Width of a full-width figure in inches (the page shows DISPLAY_DPI CSS pixels per inch).
+#: Width of a full-width plain figure in inches.
 FIG_WIDTH = 9.0
+#: Width in inches of an explorable that fills the column with its text at its size in
+#: points (an explorable asked for more is drawn at this width; isolab.book.explorable).
+COLUMN_WIDTH = round(COLUMN_PX / DISPLAY_DPI, 2)
+#: Resolution of plain figures in a notebook and on the page, in CSS pixels per inch
+#: (their PNGs have twice the pixels).
+FIGURE_DPI = 80
 #: Base font size in points at the size the figure is shown (tick labels are 1 pt smaller).
 FONT_SIZE = 11
 
@@ -169,8 +178,8 @@ def rc() -> dict:
         "axes.prop_cycle": matplotlib.cycler(color=[ROLES["data"], "#EE7733", "#009988", "#CC3311", "#33BBEE", "#EE3377"]),
         "image.cmap": "cividis",
         "figure.figsize": (FIG_WIDTH, 3.6),
-        "figure.dpi": DISPLAY_DPI,
-        "savefig.dpi": 2 * DISPLAY_DPI,
+        "figure.dpi": FIGURE_DPI,
+        "savefig.dpi": 2 * FIGURE_DPI,
         "axes.grid": False,
         "mathtext.fontset": "dejavusans",
         # FreeType's autohinter, Matplotlib's default before 3.11: 3.11's native hinting
