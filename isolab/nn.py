@@ -25,17 +25,112 @@ inference fast path (it calls fused kernels on ``in_proj_weight`` directly, bypa
 projections) off: the converted layers always run this module's forward. Outputs equal
 torch's to rounding (the attention core is ``F.scaled_dot_product_attention``, or the explicit
 softmax when ``need_weights=True``); dropout draws different random masks.
+
+**Linear-like modules** (:func:`register_linear`, :func:`linear_like`). The optimizers need to
+know which modules are linear layers: Muon, Shampoo, Iso and IsoAdam route their weights as
+hidden matrices, and Iso and IsoAdam hook them to capture each layer's input ``X`` and output
+gradient ``G``. One registry answers that question for every module type, the built-in ones
+included: ``nn.Linear`` (weight ``(out, in)``, ``y = x Wᵀ + b``), ``nn.Conv1d``/``nn.Conv2d``
+(captured in K-FAC's patch view), the other convolutions (routed as matrices, not captured),
+transformers' ``Conv1D`` (GPT-2's layers: weight ``(in, out)``, ``y = x W + b``), and any
+module a user declares::
+
+    from isolab.nn import register_linear
+    register_linear(MyLinear, weight_layout="in_out")   # y = x @ self.weight (+ self.bias)
+
+The converted attention above is linear-like through its four ``nn.Linear`` projections.
+transformers' ``Conv1D`` is recognised by its qualified name, so that isolab never imports
+transformers.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MultiheadAttention", "convert_attention"]
+__all__ = ["MultiheadAttention", "convert_attention", "register_linear", "linear_like", "LinearLike", "WEIGHT_LAYOUTS"]
+
+# ----------------------------------------------------------------------------- linear-like modules
+
+#: How a linear-like module stores its weight: ``"out_in"`` as ``nn.Linear`` (``y = x Wᵀ + b``,
+#: weight ``(out, in)``), ``"in_out"`` as transformers' ``Conv1D`` (``y = x W + b``, weight
+#: ``(in, out)``).
+WEIGHT_LAYOUTS = ("out_in", "in_out")
+
+
+@dataclass(frozen=True)
+class LinearLike:
+    """What the optimizers know about a module type: its weight's layout, and how Iso's hooks
+    read its inputs and output gradients (``capture``: ``"rows"``, the last dimension of input
+    and output, every other dimension flattened into rows; ``"patches"``, a convolution's patch
+    view; ``None``, routed as a matrix but not captured)."""
+
+    weight_layout: str
+    capture: str | None
+
+    def dims(self, weight: torch.Tensor) -> tuple[int, int]:
+        """``(in, out)`` of a weight of this layout (a convolution kernel read as ``(out, in·k…)``)."""
+        if self.weight_layout == "in_out":
+            return int(weight.shape[0]), int(weight.shape[1])
+        return math.prod(weight.shape[1:]), int(weight.shape[0])
+
+
+_OUT_IN_ROWS = LinearLike("out_in", "rows")
+_REGISTRY: dict[type, LinearLike] = {
+    nn.Linear: _OUT_IN_ROWS,
+    nn.Conv1d: LinearLike("out_in", "patches"),
+    nn.Conv2d: LinearLike("out_in", "patches"),
+    nn.Conv3d: LinearLike("out_in", None),
+    nn.ConvTranspose1d: LinearLike("out_in", None),
+    nn.ConvTranspose2d: LinearLike("out_in", None),
+    nn.ConvTranspose3d: LinearLike("out_in", None),
+}
+#: Linear-like classes of other libraries, by qualified name (recognised without importing them).
+_BY_NAME: dict[str, LinearLike] = {"transformers.pytorch_utils.Conv1D": LinearLike("in_out", "rows")}
+
+
+def register_linear(cls: type, weight_layout: str = "in_out") -> type:
+    """Declare ``cls`` a linear layer: its ``weight`` (2-D) maps the last dimension of its input
+    to the last dimension of its output, ``y = x W + b`` (``weight_layout="in_out"``, weight
+    ``(in, out)``) or ``y = x Wᵀ + b`` (``"out_in"``, as ``nn.Linear``).
+
+    Then every isolab optimizer routes that weight as a hidden matrix (in its orientation: Muon's
+    learning-rate adjustment reads ``out/in``, Iso whitens the input side with ``Cov(X)`` and the
+    output side with ``Cov(G)``), and Iso/IsoAdam capture its inputs and output gradients with
+    the same hooks as ``nn.Linear``'s. Subclasses are covered; a registration of a subclass
+    overrides its base's. Returns ``cls``, so it also works as a class decorator
+    (``@register_linear``). Register before building the optimizer.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"register_linear: cls must be an nn.Module subclass, got {cls!r}")
+    if weight_layout not in WEIGHT_LAYOUTS:
+        raise ValueError(f"register_linear: weight_layout must be one of {WEIGHT_LAYOUTS}, got {weight_layout!r}")
+    if issubclass(cls, nn.modules.conv._ConvNd):
+        raise ValueError(f"register_linear: {cls.__name__} is a convolution, which isolab already knows (patch view)")
+    _REGISTRY[cls] = LinearLike(weight_layout, "rows")
+    return cls
+
+
+def linear_like(module: nn.Module) -> LinearLike | None:
+    """The :class:`LinearLike` entry of ``module``'s type (the most derived registered class of
+    its MRO), or ``None`` for a module that is not a linear layer. A module without a 2-D (or,
+    for convolutions, higher) ``weight`` tensor is not linear-like, whatever its type."""
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.ndim < 2:
+        return None
+    for klass in type(module).__mro__:
+        spec = _REGISTRY.get(klass)
+        if spec is None:
+            spec = _BY_NAME.get(f"{klass.__module__}.{klass.__qualname__}")
+        if spec is not None:
+            if spec.capture == "rows" and weight.ndim != 2:
+                return None
+            return spec
+    return None
 
 
 class MultiheadAttention(nn.Module):

@@ -3,9 +3,8 @@ convolutions, safe defaults at any batch size, statistics tied to their gradient
 predictable routing, and parity with torch.optim (AdamW, Muon, schedulers, state dicts)."""
 
 import copy
-import warnings
-
 import re
+import warnings
 
 import pytest
 import torch
@@ -500,7 +499,7 @@ def test_isoadam_defaults_are_adamws():
     (IsoAdam, dict(eps=0.0), r"^eps"),
     (IsoAdam, dict(weight_decay=-1.0), r"^weight_decay"),
     (Iso, dict(shrinkage="yes"), r"^shrinkage"),
-    (Muon, dict(adjust_lr="rms"), r"^adjust_lr"),
+    (Muon, dict(adjust_lr_fn="rms"), r"^adjust_lr_fn"),
     (Muon, dict(compute_dtype=torch.int32), r"^compute_dtype"),
     (Shampoo, dict(momentum=1.0), r"^momentum"),
     (Iso, dict(lr=torch.tensor([0.1, 0.2])), r"^lr as a Tensor"),
@@ -574,7 +573,7 @@ def _muon_pair(shape, adjust, nesterov=True, seed=0):
     w1 = nn.Parameter(torch.randn(*shape))
     w2 = nn.Parameter(w1.detach().clone())
     ours = Muon([w1], lr=3e-3, momentum=0.9, nesterov=nesterov, weight_decay=0.1, compute_dtype=torch.bfloat16,
-                adjust_lr=adjust)
+                adjust_lr_fn=adjust)
     theirs = torch.optim.Muon([w2], lr=3e-3, momentum=0.9, nesterov=nesterov, weight_decay=0.1,
                               adjust_lr_fn=adjust)
     return (w1, ours), (w2, theirs)
@@ -602,7 +601,32 @@ def test_muon_compute_dtype_auto_is_float_on_cpu():
     assert resolve_compute_dtype("auto", torch.device("cuda")) is torch.bfloat16
     m = _mlp()
     opt = Muon(m)
-    assert opt.defaults["compute_dtype"] == "auto" and opt.defaults["adjust_lr"] == "original"
+    assert opt.defaults["compute_dtype"] == "auto" and opt.defaults["adjust_lr_fn"] == "original"
+
+
+def test_muon_takes_torchs_argument_name_and_the_old_one_with_a_deprecation_warning():
+    new = Muon(_mlp(), adjust_lr_fn="match_rms_adamw")
+    with pytest.warns(DeprecationWarning, match="adjust_lr_fn"):
+        old = Muon(_mlp(), adjust_lr="match_rms_adamw")
+    assert old.defaults["adjust_lr_fn"] == new.defaults["adjust_lr_fn"] == "match_rms_adamw"
+    assert "adjust_lr" not in old.defaults
+    with pytest.raises(ValueError, match="not both"):
+        Muon(_mlp(), adjust_lr="original", adjust_lr_fn="match_rms_adamw")
+    w = nn.Parameter(torch.randn(4, 3))
+    with pytest.warns(DeprecationWarning, match="'adjust_lr' is deprecated"):
+        grouped = Muon([{"params": [w], "adjust_lr": "match_rms_adamw"}])
+    assert grouped.param_groups[0]["adjust_lr_fn"] == "match_rms_adamw" and "adjust_lr" not in grouped.param_groups[0]
+    # a state dict saved under the former key loads under the new one, without a warning
+    saved = new.state_dict()
+    for g in saved["param_groups"]:
+        if g["algorithm"] == "muon":
+            g["adjust_lr"] = g.pop("adjust_lr_fn")
+    fresh = Muon(_mlp())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh.load_state_dict(saved)
+    assert {g.get("adjust_lr_fn") for g in fresh.param_groups if g["algorithm"] == "muon"} == {"match_rms_adamw"}
+    assert all("adjust_lr" not in g for g in fresh.param_groups)
 
 
 @pytest.mark.gpu

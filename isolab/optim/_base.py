@@ -23,6 +23,7 @@ parameters and optimizer state exactly as they were.
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 
 import torch
@@ -30,7 +31,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from .. import rules
-from .routing import split_parameters
+from .routing import split_parameters, weight_layouts
 
 # --------------------------------------------------------------------------- validation
 
@@ -175,6 +176,9 @@ class RoutedOptimizer(Optimizer):
 
     algorithm: str = ""
     stat_keys: tuple[str, ...] = ()
+    #: former names of group keys, ``{old: new}``: a group passed with an old name is read under
+    #: the new one with a ``DeprecationWarning``; a loaded state dict's groups are renamed silently
+    renamed_keys: dict[str, str] = {}
 
     def __init__(
         self,
@@ -191,9 +195,13 @@ class RoutedOptimizer(Optimizer):
         if not hasattr(self, "_names"):
             self._names: dict[int, str] = {}
         self.model: nn.Module | None = None
+        #: {id(weight): "out_in" | "in_out"} of the routed model's matrices (empty for explicit groups:
+        #: torch's "out_in" is assumed)
+        self._layouts: dict[int, str] = {}
         if isinstance(params, nn.Module):
             model = params
             self.model = model
+            self._layouts = weight_layouts(model)
             split = self._reroute(split_parameters(model, embeddings=embeddings, head=head, others=others))
             for group in split.values():
                 for name, p in group.items():
@@ -232,6 +240,14 @@ class RoutedOptimizer(Optimizer):
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
         param_group = dict(param_group)
+        for old, new in self.renamed_keys.items():
+            if old in param_group:
+                if new in param_group and param_group[new] != param_group[old]:
+                    raise ValueError(f"{type(self).__name__}: a parameter group sets both {new}={param_group[new]!r} "
+                                     f"and its deprecated alias {old}={param_group[old]!r}")
+                warnings.warn(f"{type(self).__name__}: the parameter-group key {old!r} is deprecated; it is {new!r}",
+                              DeprecationWarning, stacklevel=2)
+                param_group[new] = param_group.pop(old)
         algo = param_group.setdefault("algorithm", self.algorithm)
         if algo not in (self.algorithm, "adam"):
             raise ValueError(
@@ -266,6 +282,13 @@ class RoutedOptimizer(Optimizer):
 
     def _validate_matrix_group(self, group: dict, gi: int) -> None:  # pragma: no cover
         raise NotImplementedError
+
+    def _out_in(self, p: torch.Tensor) -> tuple[int, int]:
+        """``(out, in)`` of the layer whose weight is ``p``, in the layer's orientation (a weight
+        stored ``(in, out)`` is read transposed; a kernel as ``(shape[0], -1)``)."""
+        if self._layouts.get(id(p)) == "in_out":
+            return int(p.shape[1]), int(p.shape[0])
+        return int(p.shape[0]), math.prod(p.shape[1:])
 
     def _name(self, p: torch.Tensor, gi: int | None = None) -> str:
         name = self._names.get(id(p))
@@ -397,6 +420,10 @@ class RoutedOptimizer(Optimizer):
                 if isinstance(v, torch.Tensor):
                     kept[(idx, k)] = v
         super().load_state_dict(state_dict)
+        for g in self.param_groups:  # keys saved under a former name
+            for old, new in self.renamed_keys.items():
+                if old in g:
+                    g.setdefault(new, g.pop(old))
         for g in self.param_groups:  # hyperparameters added after the state dict was saved
             for k, v in (self.defaults if g["algorithm"] != "adam" else self._adam_defaults).items():
                 if k != "params":

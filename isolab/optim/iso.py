@@ -125,6 +125,7 @@ owns, and all are shared (:mod:`isolab.distributed`), so the replicas stay bitwi
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -148,6 +149,8 @@ from ._base import (
     check_nonneg_int,
     check_positive_int,
 )
+from ..nn import linear_like
+from .routing import weight_layouts
 from .statistics import LayerStatistics, capturable
 
 __all__ = ["Iso", "IsoAdam"]
@@ -167,8 +170,9 @@ ATTENTION_FIX = (
 
 
 def _capture_sites(model):
-    """``({id(weight): layer name}`` of the weights Iso can whiten, ``{id(weight): why not}``
-    for the weight matrices it cannot)."""
+    """``({id(weight): layer name}`` of the weights Iso can whiten (linear-like modules and
+    ``groups=1`` 1-D/2-D convolutions), ``{id(weight): why not}`` for the weight matrices it
+    cannot)."""
     sites, why, hidden = {}, {}, {}
     for m in model.modules():
         if isinstance(m, nn.MultiheadAttention):
@@ -183,7 +187,7 @@ def _capture_sites(model):
             continue
         if capturable(m):
             sites.setdefault(id(w), name)
-        elif isinstance(m, nn.modules.conv._ConvNd):
+        elif linear_like(m) is not None and isinstance(m, nn.modules.conv._ConvNd):
             if isinstance(m, (nn.Conv1d, nn.Conv2d)) and m.groups > 1:
                 why[id(w)] = f"a grouped convolution (groups={m.groups}) has one weight matrix per group; not supported"
             else:
@@ -215,10 +219,12 @@ class _IsoBase(RoutedOptimizer):
             )
         self._stats_dtype = check_dtype(stats_dtype)
         self._linear_by_weight, self._unwhitenable = _capture_sites(model)
+        self._layout_of = weight_layouts(model)
         if not self._linear_by_weight:
             raise ValueError(
                 f"{type(self).__name__}: the model ({type(model).__name__}) has no layer whose inputs and output "
-                "gradients can be captured (nn.Linear, nn.Conv1d, nn.Conv2d); Iso has nothing to whiten here"
+                "gradients can be captured (nn.Linear, nn.Conv1d, nn.Conv2d, transformers' Conv1D, or a class "
+                "declared with isolab.nn.register_linear); Iso has nothing to whiten here"
                 + _fix_hint(self._unwhitenable)
             )
         self._layer_of: dict[int, str] = {}
@@ -243,6 +249,22 @@ class _IsoBase(RoutedOptimizer):
             LayerStatistics(hooked, dtype=self._stats_dtype, tie_to_grad=True) if hooked else None
         )
         self._update_capture()
+
+    # -- orientation ------------------------------------------------------------------
+    def _dims(self, p) -> tuple[int, int]:
+        """``(n, m)``: the layer's input and output sizes for weight ``p`` (``nn.Linear`` stores
+        ``(m, n)``; a module registered ``"in_out"``, as transformers' ``Conv1D``, ``(n, m)``)."""
+        if self._layout_of.get(id(p)) == "in_out":
+            return int(p.shape[0]), int(p.shape[1])
+        return math.prod(p.shape[1:]), int(p.shape[0])
+
+    def _whiten(self, p, u, st):
+        """``P_G u P_X`` in ``p``'s layout (``P_X u P_G`` for an ``(in, out)`` weight), in the
+        roots' dtype, shaped like ``p``."""
+        if self._layout_of.get(id(p)) == "in_out":
+            return updates.two_sided(u.to(st["root_x"].dtype), st["root_x"], st["root_g"])
+        m = u.reshape(u.shape[0], -1).to(st["root_x"].dtype)
+        return updates.two_sided(m, st["root_g"], st["root_x"]).reshape(u.shape)
 
     # -- validation -------------------------------------------------------------------
     def _validate_common(self, group, gi):
@@ -455,14 +477,15 @@ class _IsoBase(RoutedOptimizer):
             table[0, i] = rows
             if rows and attached and stats.check_grad(layer, p):
                 table[1 + rank, i] = 4
+                n, m = self._dims(p)
                 local.append(None if not due else (
-                    torch.zeros(p[0].numel(), p[0].numel(), dtype=self._stats_dtype, device=p.device),
-                    torch.zeros(p.shape[0], p.shape[0], dtype=self._stats_dtype, device=p.device)))
+                    torch.zeros(n, n, dtype=self._stats_dtype, device=p.device),
+                    torch.zeros(m, m, dtype=self._stats_dtype, device=p.device)))
                 continue
             if not due:
                 local.append(None)
                 continue
-            n, m = p[0].numel(), p.shape[0]
+            n, m = self._dims(p)
             s = stats.sums(layer) if attached else None
             code, xx, gg = 0, None, None
             if s is None:
@@ -636,7 +659,7 @@ class _IsoBase(RoutedOptimizer):
                             "(LayerStatistics.enabled was switched off by hand?)"
                         )
                     xx, gg, _ = s
-                    n, m = p[0].numel(), p.shape[0]
+                    n, m = self._dims(p)
                     if xx.shape != (n, n) or gg.shape != (m, m):
                         raise RuntimeError(f"statistics of layer {layer!r} do not match {name}")
                     if not linalg.all_finite(xx, gg):
@@ -742,7 +765,7 @@ def _row_limit(group, weight):
     """
     limit = group.get("stat_rows")
     if limit == "auto":
-        return max(AUTO_ROWS, AUTO_ROWS_PER_DIM * max(weight.shape[0], weight[0].numel()))
+        return max(AUTO_ROWS, AUTO_ROWS_PER_DIM * max(weight.shape[0], math.prod(weight.shape[1:])))
     return limit
 
 
@@ -963,10 +986,9 @@ class Iso(_IsoBase):
 
     def _apply_whitened(self, group, p, st, rows):
         lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
-        sd = st["root_x"].dtype
 
         def whiten(u):
-            return updates.two_sided(u.reshape(p.shape[0], -1).to(sd), st["root_g"], st["root_x"]).reshape(p.shape)
+            return self._whiten(p, u, st)
 
         after = group.get("momentum_placement", "gradient") == "update"
         g = whiten(p.grad / rows).to(p.dtype) if after else p.grad / rows
@@ -1081,7 +1103,5 @@ class IsoAdam(_IsoBase):
         check_bool(group["whiten"], "whiten")
 
     def _apply_whitened(self, group, p, st, rows):
-        sd = st["root_x"].dtype
-        g = p.grad.reshape(p.shape[0], -1)
-        w = updates.two_sided(g.to(sd) / rows, st["root_g"], st["root_x"]).reshape(p.shape).to(p.dtype)
+        w = self._whiten(p, p.grad.to(st["root_x"].dtype) / rows, st).to(p.dtype)
         adam_step(p, w, st, as_float(group["lr"]), group["betas"], group["eps"], group["weight_decay"], "adam_step")

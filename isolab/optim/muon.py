@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -23,15 +24,16 @@ from ._base import (
 ADJUST_LR = (None, "original", "match_rms_adamw")
 
 
-def adjusted_lr_ratio(adjust_lr, rows: int, cols: int) -> float:
-    """``torch.optim.Muon``'s factor on the learning rate of a ``(rows, cols)`` matrix:
-    ``"original"`` (or ``None``) ``√max(1, rows/cols)`` (Keller Jordan's), ``"match_rms_adamw"``
-    ``0.2·√max(rows, cols)`` (Moonshot's: the update's RMS ≈ 0.2, AdamW's typical RMS)."""
-    if adjust_lr is None or adjust_lr == "original":
+def adjusted_lr_ratio(adjust_lr_fn, rows: int, cols: int) -> float:
+    """``torch.optim.Muon``'s factor on the learning rate of a ``(rows, cols) = (out, in)``
+    matrix: ``"original"`` (or ``None``) ``√max(1, rows/cols)`` (Keller Jordan's),
+    ``"match_rms_adamw"`` ``0.2·√max(rows, cols)`` (Moonshot's: the update's RMS ≈ 0.2, AdamW's
+    typical RMS)."""
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
         return math.sqrt(max(1, rows / cols))
-    if adjust_lr == "match_rms_adamw":
+    if adjust_lr_fn == "match_rms_adamw":
         return 0.2 * math.sqrt(max(rows, cols))
-    raise ValueError(f"adjust_lr must be one of {ADJUST_LR}, got {adjust_lr!r}")
+    raise ValueError(f"adjust_lr_fn must be one of {ADJUST_LR}, got {adjust_lr_fn!r}")
 
 
 def resolve_compute_dtype(compute_dtype, device: torch.device):
@@ -42,6 +44,8 @@ def resolve_compute_dtype(compute_dtype, device: torch.device):
     return compute_dtype
 
 __all__ = ["Muon"]
+
+_UNSET = object()  # adjust_lr (the deprecated alias) not passed
 
 
 def muon_direction(update: torch.Tensor, *, steps: int = 5, exact: bool = False, compute_dtype=None) -> torch.Tensor:
@@ -68,14 +72,16 @@ class Muon(RoutedOptimizer):
     exactly 1, which is intentional) or computed exactly by SVD with ``exact=True``. The
     momentum is the exponential-average ("lerp") form of KellerJordan/Muon. A zero
     gradient gives a zero update (``msign(0) = 0``). ``r`` is the learning-rate adjustment
-    ``adjust_lr``: ``"original"`` ``√max(1, out/in)`` (default: tall and wide matrices get
-    comparable RMS updates) or ``"match_rms_adamw"`` ``0.2·√max(out, in)`` (the update's RMS
-    matches AdamW's typical 0.2, so AdamW's lr and weight decay can be reused), exactly as
-    ``torch.optim.Muon``'s ``adjust_lr_fn``. Weight decay is decoupled and uses the
-    *unadjusted* ``lr``, as torch does.
+    ``adjust_lr_fn`` (torch's name): ``"original"`` ``√max(1, out/in)`` (default: tall and wide
+    matrices get comparable RMS updates) or ``"match_rms_adamw"`` ``0.2·√max(out, in)`` (the
+    update's RMS matches AdamW's typical 0.2, so AdamW's lr and weight decay can be reused),
+    exactly as ``torch.optim.Muon``'s. ``out`` and ``in`` are the layer's: for a weight stored
+    ``(in, out)`` (transformers' ``Conv1D``, see :func:`isolab.nn.register_linear`) the ratio
+    is read in that orientation, where torch would read the stored shape. Weight decay is
+    decoupled and uses the *unadjusted* ``lr``, as torch does.
 
     **Relation to** ``torch.optim.Muon``. With ``compute_dtype=torch.bfloat16``, the same
-    ``lr``, ``momentum``, ``nesterov``, ``weight_decay``, ``ns_steps`` and ``adjust_lr``, the
+    ``lr``, ``momentum``, ``nesterov``, ``weight_decay``, ``ns_steps`` and ``adjust_lr_fn``, the
     step is bitwise ``torch.optim.Muon``'s (tested). The defaults differ on purpose:
     ``lr=0.02`` and ``weight_decay=0`` (Keller Jordan's, tuned with the ``"original"``
     adjustment) where torch has ``lr=1e-3`` and ``weight_decay=0.1``; and Newton–Schulz runs in
@@ -108,11 +114,18 @@ class Muon(RoutedOptimizer):
         compute_dtype: dtype of the Newton–Schulz iteration: ``"auto"`` (default: bfloat16 on
             CUDA, the gradient's dtype on CPUs and other devices), ``None`` (the gradient's
             dtype everywhere) or a floating dtype (``torch.bfloat16`` as torch).
-        adjust_lr: ``"original"`` (default; ``None`` means the same, as in torch) or
-            ``"match_rms_adamw"``.
+        adjust_lr_fn: ``"original"`` (default; ``None`` means the same, as in torch) or
+            ``"match_rms_adamw"`` (keyword).
+        adjust_lr: the former name of ``adjust_lr_fn``; still accepted, with a
+            ``DeprecationWarning`` (passing both is an error).
+
+    Under FSDP2 (``fully_shard``), see :mod:`isolab.fsdp`: the momentum lives on each process's
+    shard, and each matrix's Newton–Schulz runs on one process, which sends the other shards
+    their rows.
     """
 
     algorithm = "muon"
+    renamed_keys = {"adjust_lr": "adjust_lr_fn"}
 
     def __init__(
         self,
@@ -129,14 +142,24 @@ class Muon(RoutedOptimizer):
         adam_eps: float = 1e-8,
         adam_weight_decay: float = 0.0,
         *,
-        adjust_lr: str | None = "original",
+        adjust_lr_fn: str | None = "original",
         embeddings=None,
         head="auto",
         others: str = "raise",
+        adjust_lr=_UNSET,
     ):
+        if adjust_lr is not _UNSET:
+            if adjust_lr_fn != "original":
+                raise ValueError(
+                    f"Muon: pass adjust_lr_fn (torch.optim.Muon's name) or its deprecated alias adjust_lr, not both "
+                    f"(got adjust_lr_fn={adjust_lr_fn!r}, adjust_lr={adjust_lr!r})"
+                )
+            warnings.warn("Muon(adjust_lr=...) is deprecated: the argument is adjust_lr_fn, as in torch.optim.Muon",
+                          DeprecationWarning, stacklevel=2)
+            adjust_lr_fn = adjust_lr
         defaults = dict(
             lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, exact=exact,
-            weight_decay=weight_decay, compute_dtype=compute_dtype, adjust_lr=adjust_lr,
+            weight_decay=weight_decay, compute_dtype=compute_dtype, adjust_lr_fn=adjust_lr_fn,
         )
         adam = adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay)
         super().__init__(params, defaults, adam, embeddings=embeddings, head=head, others=others)
@@ -153,7 +176,7 @@ class Muon(RoutedOptimizer):
             check_choice(cd, "compute_dtype", ("auto",))
         elif cd is not None and not (isinstance(cd, torch.dtype) and cd.is_floating_point):
             raise ValueError(f"compute_dtype must be 'auto', None or a floating torch.dtype, got {cd!r}")
-        check_choice(group["adjust_lr"], "adjust_lr", ADJUST_LR)
+        check_choice(group["adjust_lr_fn"], "adjust_lr_fn", ADJUST_LR)
 
     def _prepare_matrix_groups(self, groups):
         # Gradients are already checked finite; momentum and Newton–Schulz of finite
@@ -178,7 +201,7 @@ class Muon(RoutedOptimizer):
                     else:
                         cd = resolve_compute_dtype(group["compute_dtype"], p.device)
                         o = linalg.msign_newton_schulz(m, steps=group["ns_steps"], compute_dtype=cd)
-                    ratio = adjusted_lr_ratio(group["adjust_lr"], m.shape[0], m.shape[1])
+                    ratio = adjusted_lr_ratio(group["adjust_lr_fn"], *self._out_in(p))
                     rules.decoupled_weight_decay_(p, lr, wd)
                     # torch.optim.Muon's order: p ← p(1 − lr·wd), then p ← p − (lr·r)·msign(u)
                     p.add_(o.reshape(p.shape).to(p.dtype), alpha=-(lr * ratio))

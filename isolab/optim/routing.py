@@ -18,11 +18,14 @@ shared by two modules, is routed once, by the first rule that matches it):
    declare it with ``head=`` to send it to AdamW. ``head=None`` (or ``()``): no head.
 2. ``embedding``: every parameter of an :class:`torch.nn.Embedding` /
    :class:`torch.nn.EmbeddingBag`, and of the module(s) passed as ``embeddings=``.
-3. ``matrix``: the weight of every :class:`torch.nn.Linear` (subclasses included), of every
-   convolution (``nn.Conv1d/2d/3d`` and the transposed ones; matrix optimizers read the
-   kernel as ``(shape[0], -1)``) and :class:`torch.nn.MultiheadAttention`'s input projections
-   (``in_proj_weight``, or ``q/k/v_proj_weight`` when ``kdim``/``vdim`` differ; its
-   ``out_proj`` is an ``nn.Linear``).
+3. ``matrix``: the weight of every *linear-like* module (:func:`isolab.nn.linear_like`):
+   :class:`torch.nn.Linear` (subclasses included), transformers' ``Conv1D`` (GPT-2's layers,
+   weight stored ``(in, out)``), any class declared with :func:`isolab.nn.register_linear`,
+   and every convolution (``nn.Conv1d/2d/3d`` and the transposed ones; matrix optimizers read
+   the kernel as ``(shape[0], -1)``); and :class:`torch.nn.MultiheadAttention`'s input
+   projections (``in_proj_weight``, or ``q/k/v_proj_weight`` when ``kdim``/``vdim`` differ;
+   its ``out_proj`` is an ``nn.Linear``). :func:`weight_layouts` says how each matrix is
+   stored.
 4. ``vector``: every remaining parameter with ``ndim <= 1`` (biases, norm gains, scalars),
    and the ``bias_k``/``bias_v`` of ``nn.MultiheadAttention`` and of
    :class:`isolab.nn.MultiheadAttention` (biases of shape ``(1, 1, E)``).
@@ -44,8 +47,9 @@ from typing import Literal
 from torch import nn
 
 from ..nn import MultiheadAttention as _LinearAttention
+from ..nn import linear_like
 
-__all__ = ["GROUPS", "split_parameters", "auto_heads"]
+__all__ = ["GROUPS", "split_parameters", "auto_heads", "weight_layouts"]
 
 #: The group names, in the order :func:`split_parameters` returns them.
 GROUPS = ("matrix", "embedding", "head", "vector")
@@ -85,8 +89,8 @@ def split_parameters(
             ``nn.Linear`` of a language model); never routed to ``matrix``. ``"auto"``
             (default): a language model's untied head, found as in rule 1 of the module
             docstring; ``None``: no head.
-        others: what to do with an undeclared parameter of ``ndim >= 2`` that is not an
-            ``nn.Linear`` weight: ``"raise"`` (default) or ``"vector"``.
+        others: what to do with an undeclared parameter of ``ndim >= 2`` that is not the
+            weight of a linear-like module: ``"raise"`` (default) or ``"vector"``.
 
     Returns:
         ``{"matrix": {name: param}, "embedding": {...}, "head": {...}, "vector": {...}}``,
@@ -135,7 +139,7 @@ def split_parameters(
             for p in m.parameters():
                 claim(p, "embedding")
     for m in model.modules():
-        if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)) and m.weight is not None and m.weight.ndim >= 2:
+        if linear_like(m) is not None:
             claim(m.weight, "matrix")
         elif isinstance(m, (nn.MultiheadAttention, _LinearAttention)):
             for attr in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
@@ -163,19 +167,37 @@ def split_parameters(
     if unrouted:
         raise ValueError(
             "split_parameters will not guess where these parameters belong (ndim >= 2 but "
-            "not the weight of an nn.Linear, a convolution or nn.MultiheadAttention): " + ", ".join(unrouted) + ". Declare their modules "
-            "with embeddings=/head=, or pass others='vector' to send them to the Adam fallback."
+            "not the weight of a linear-like module (nn.Linear, transformers' Conv1D, a class declared with "
+            "isolab.nn.register_linear), a convolution or nn.MultiheadAttention): " + ", ".join(unrouted) + ". "
+            "Declare their modules with embeddings=/head=, register a linear layer's class with "
+            "isolab.nn.register_linear(cls, weight_layout=...), or pass others='vector' to send them to the Adam fallback."
         )
     return out
 
 
 def auto_heads(model: nn.Module) -> list[nn.Module]:
-    """The untied output head(s) ``head="auto"`` finds: every ``nn.Linear`` whose
-    ``out_features`` is the ``num_embeddings`` of an ``nn.Embedding`` of ``model`` and whose
-    weight is not tied to an embedding table (a tied head is routed as the embedding)."""
+    """The untied output head(s) ``head="auto"`` finds: every linear layer (``nn.Linear`` or
+    another linear-like module, see :func:`isolab.nn.linear_like`) whose output size is the
+    ``num_embeddings`` of an ``nn.Embedding`` of ``model`` and whose weight is not tied to an
+    embedding table (a tied head is routed as the embedding)."""
     vocab = {m.num_embeddings: m for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
     tables = {id(m.weight) for m in vocab.values()}
-    return [
-        m for m in model.modules()
-        if isinstance(m, nn.Linear) and m.out_features in vocab and id(m.weight) not in tables
-    ]
+    heads = []
+    for m in model.modules():
+        spec = linear_like(m)
+        if spec is not None and spec.capture == "rows" and id(m.weight) not in tables:
+            if spec.dims(m.weight)[1] in vocab:
+                heads.append(m)
+    return heads
+
+
+def weight_layouts(model: nn.Module) -> dict[int, str]:
+    """``{id(weight): layout}`` for the weight of every linear-like module of ``model``
+    (``"out_in"`` as ``nn.Linear`` and convolutions, ``"in_out"`` as transformers' ``Conv1D``;
+    see :data:`isolab.nn.WEIGHT_LAYOUTS`). A tied weight keeps the layout of its first module."""
+    layouts: dict[int, str] = {}
+    for m in model.modules():
+        spec = linear_like(m)
+        if spec is not None:
+            layouts.setdefault(id(m.weight), spec.weight_layout)
+    return layouts

@@ -1,11 +1,14 @@
-"""Capture each layer's input ``X`` and output gradient ``G`` with hooks (``nn.Linear``,
-``nn.Conv1d``, ``nn.Conv2d``).
+"""Capture each layer's input ``X`` and output gradient ``G`` with hooks (``nn.Linear`` and
+every other linear-like module of :func:`isolab.nn.linear_like`, ``nn.Conv1d``, ``nn.Conv2d``).
 
 Conventions. isolab's mathematics writes a layer as ``Y = X W`` with ``W ∈ R^{n×m}``,
 ``X ∈ R^{b×n}`` (rows are samples) and ``G = ∂L/∂Y ∈ R^{b×m}``; the weight gradient is
 ``XᵀG``. ``nn.Linear`` stores ``weight`` as ``(out, in) = (m, n)``, i.e. ``Wᵀ``, so in
-torch's layout ``weight.grad = Gᵀ X``. Leading dimensions (batch, sequence, ...) are
-flattened into rows, so a ``(batch, seq, dim)`` activation contributes ``batch·seq`` rows.
+torch's layout ``weight.grad = Gᵀ X``; a module registered with ``weight_layout="in_out"``
+(transformers' ``Conv1D``) stores ``W`` itself and ``weight.grad = XᵀG``. Either way ``X``
+has the layer's ``in`` columns and ``G`` its ``out`` columns. Leading dimensions (batch,
+sequence, ...) are flattened into rows, so a ``(batch, seq, dim)`` activation contributes
+``batch·seq`` rows.
 
 How it is captured (and why this way):
 
@@ -60,6 +63,16 @@ weight (``torch.autograd.grad``, ``backward(inputs=...)`` without it) are droppe
 committed. :meth:`LayerStatistics.check_grad` tells the optimizer whether ``.grad`` is still
 the tensor the committed rows produced.
 
+Under FSDP2 (``torch.distributed.fsdp.fully_shard``) the module's ``weight`` is a sharded
+``DTensor`` outside its forward and backward, and a separate *unsharded* parameter inside
+them; autograd accumulates into the unsharded one, FSDP reduce-scatters that gradient into the
+sharded parameter's ``.grad`` (the one the user clears and the optimizer steps on) and then
+calls the sharded parameter's post-accumulate-grad hooks. So the tensor hook that checks and
+commits goes on the unsharded parameter (found in the forward pre-hook, which runs after
+FSDP's unshard, once per parameter object: FSDP2 keeps the same one across steps), while
+``.grad`` is read, and the post-accumulate hook registered, on the sharded parameter: the
+rows are tied to the gradient the user sees, exactly as without FSDP.
+
 Scale of ``G``. ``G`` is what autograd provides: with a mean-reduced loss it carries the
 loss's ``1/b``. It is kept as is; ``Cov(G) = GᵀG / b`` is computed from this raw ``G``.
 The optimizers divide ``weight.grad = XᵀG`` by the same row count ``b``, so that with
@@ -98,19 +111,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import linalg
+from ..nn import linear_like
 
 __all__ = ["LayerStatistics", "capturable", "CAPTURABLE"]
 
-#: Module types whose inputs and output gradients :class:`LayerStatistics` can capture.
+#: Built-in module types whose inputs and output gradients :class:`LayerStatistics` can capture
+#: (more through :func:`isolab.nn.register_linear`, and transformers' ``Conv1D``).
 CAPTURABLE = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
 
 def capturable(module: nn.Module) -> bool:
-    """Whether :class:`LayerStatistics` can capture ``module`` (an ``nn.Linear``, or an
-    ``nn.Conv1d``/``nn.Conv2d`` with ``groups=1``)."""
-    if isinstance(module, nn.Linear):
-        return True
-    return isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.groups == 1
+    """Whether :class:`LayerStatistics` can capture ``module``: a linear-like module
+    (:func:`isolab.nn.linear_like`: ``nn.Linear``, transformers' ``Conv1D``, registered classes),
+    or an ``nn.Conv1d``/``nn.Conv2d`` with ``groups=1``."""
+    spec = linear_like(module)
+    if spec is None or spec.capture is None:
+        return False
+    return spec.capture == "rows" or module.groups == 1
+
+
+def _local(t):
+    """The local shard of a ``DTensor`` (what FSDP2 stores in each process), else ``t``."""
+    return t._local_tensor if hasattr(t, "_local_tensor") else t
 
 
 def _task_id() -> int:
@@ -201,8 +223,9 @@ class _Capture:
 
 
 class LayerStatistics:
-    """Hooks on ``nn.Linear``/``nn.Conv1d``/``nn.Conv2d`` layers that collect ``X``, ``G``,
-    ``XᵀX`` and ``GᵀG`` (convolutions in the patch view, see the module docstring).
+    """Hooks on linear-like layers (``nn.Linear``, transformers' ``Conv1D``, registered classes)
+    and ``nn.Conv1d``/``nn.Conv2d`` that collect ``X``, ``G``, ``XᵀX`` and ``GᵀG``
+    (convolutions in the patch view, see the module docstring).
 
     Args:
         modules: an ``nn.Module`` (every capturable layer inside it is hooked, named as in
@@ -240,12 +263,14 @@ class LayerStatistics:
                 if not capturable(m):
                     raise TypeError(
                         f"module {n!r} is a {type(m).__name__}, which LayerStatistics cannot capture "
-                        "(nn.Linear, or nn.Conv1d/nn.Conv2d with groups=1)"
+                        "(a linear-like module such as nn.Linear, or nn.Conv1d/nn.Conv2d with groups=1; declare "
+                        "other linear layers with isolab.nn.register_linear)"
                     )
         else:
             raise TypeError(f"modules must be an nn.Module or a mapping of layers, got {type(modules).__name__}")
         if not mods:
-            raise ValueError("LayerStatistics found no nn.Linear (or nn.Conv1d/nn.Conv2d) layer to hook")
+            raise ValueError("LayerStatistics found no nn.Linear, nn.Conv1d/nn.Conv2d or other linear-like layer (a "
+                             "class declared with isolab.nn.register_linear) to hook")
         self.dtype = dtype
         self.keep = bool(keep)
         self.tie_to_grad = bool(tie_to_grad)
@@ -259,21 +284,36 @@ class LayerStatistics:
         self._gen.manual_seed(0)
         self._draws: dict[tuple, torch.Tensor] = {}
         self.modules: dict[str, nn.Module] = mods
+        self._rows_view = {n: linear_like(m).capture == "rows" for n, m in mods.items()}
         self._captures = {n: _Capture() for n in mods}
         self._handles = []
+        # the parameter whose .grad the rows are tied to (FSDP2: the sharded one), and the
+        # parameter objects autograd accumulates into that already carry the check-and-commit hook
+        self._holders = {n: m.weight for n, m in mods.items()}
+        self._hooked: dict[str, list] = {n: [] for n in mods}
         for name, m in mods.items():
             self._handles.append(m.register_forward_pre_hook(self._make_pre_hook(name)))
             self._handles.append(m.register_forward_hook(self._make_fwd_hook(name)))
             if self.tie_to_grad and m.weight.requires_grad:
-                self._handles.append(m.weight.register_hook(self._make_weight_hook(name, m.weight)))
+                self._hook_weight(name, m.weight)
                 self._handles.append(m.weight.register_post_accumulate_grad_hook(self._make_post_hook(name)))
 
     # hooks ------------------------------------------------------------------------
     def _active(self, module) -> bool:
         return module.training and torch.is_grad_enabled()
 
+    def _hook_weight(self, name, weight):
+        """Put the check-and-commit hook on ``weight`` (the parameter autograd accumulates into),
+        once per parameter object."""
+        if any(ref() is weight for ref in self._hooked[name]):
+            return
+        self._hooked[name].append(weakref.ref(weight))
+        self._handles.append(weight.register_hook(self._make_weight_hook(name, self._holders[name])))
+
     def _make_pre_hook(self, name):
         def pre_hook(module, args):
+            if self.tie_to_grad and module.weight is not self._holders[name] and module.weight.requires_grad:
+                self._hook_weight(name, module.weight)  # FSDP2's unsharded parameter (module docstring)
             if self._active(module) and args:
                 # off statistics steps nothing is held: only the row count is needed
                 x = args[0].detach() if (self.enabled or self.keep) else None
@@ -315,7 +355,7 @@ class LayerStatistics:
                 current, last = w.grad, cap.grad_ref
                 if current is None or last is None or last[0]() is not current:
                     cap.drop_committed()  # cleared or replaced: those rows' gradient is gone
-                elif current._version != last[1] and not bool(current.any()):
+                elif _local(current)._version != last[1] and not bool(_local(current).any()):
                     cap.drop_committed()  # zeroed in place (zero_grad(set_to_none=False))
                 elif last[2]:
                     cap.mixed = True  # accumulating onto a gradient the optimizer already stepped on
@@ -330,20 +370,20 @@ class LayerStatistics:
     def _make_post_hook(self, name):
         def post_hook(param):
             if param.grad is not None:
-                self._captures[name].grad_ref = (weakref.ref(param.grad), param.grad._version, False)
+                self._captures[name].grad_ref = (weakref.ref(param.grad), _local(param.grad)._version, False)
 
         return post_hook
 
     def _record(self, name, module, x, g):
         cap = self._captures[name]
         if x is None or not (self.enabled or self.keep):  # off a statistics step: count the rows only
-            rows = g.numel() // g.shape[-1] if isinstance(module, nn.Linear) else _conv_rows(module, g)
+            rows = g.numel() // g.shape[-1] if self._rows_view[name] else _conv_rows(module, g)
             if self.tie_to_grad:
                 cap.fresh.append((_task_id(), rows, 0, None, None, None, None))
             else:
                 cap.commit(rows, 0, None, None, None, None, False)
             return
-        if isinstance(module, nn.Linear):
+        if self._rows_view[name]:
             x2 = x.reshape(-1, x.shape[-1])
             g2 = g.detach().reshape(-1, g.shape[-1])
         else:
