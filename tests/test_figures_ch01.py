@@ -1,33 +1,26 @@
 """Chapter 1's figures (isolab.book.figures.ch01): they draw, they show what their captions say,
-and the explorable's caption promise about the rotation θ fails on the old sampling (the
-same Gaussian draws multiplied by a rotated Σ^{1/2}), so this test can fail."""
+and the explorable's caption promises hold over its grid (and fail where they should)."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from matplotlib.figure import Figure
 
-from isolab.book import feature_step, features
-from isolab.book.explorable import DISPLAY_DPI
+from isolab.book import feature_step
+from isolab.book.explorable import COLUMN_PX, DISPLAY_DPI, smallest_text
 from isolab.book.figures import ch01
 
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
     """The explorable caches its computation per setting; no test sees another's."""
-    ch01.gram_alignment_state.cache_clear()
+    ch01.ratio_alignment_state.cache_clear()
     yield
-    ch01.gram_alignment_state.cache_clear()
-
-
-def old_gaussian_features(batch, d, condition_number=1.0, angle=0.0, *, generator=None, sample_shape=(),
-                          dtype=torch.float64, device=None):
-    """How isolab.book.features drew rotated inputs before: z Σ(θ)^{1/2}, a different cloud per angle."""
-    z = torch.randn(*sample_shape, batch, d, generator=generator, dtype=dtype, device=device)
-    return z @ features.covariance_sqrt(d, condition_number, angle, dtype=dtype, device=device)
+    ch01.ratio_alignment_state.cache_clear()
 
 
 def test_hero_draws_and_its_numbers_are_the_cosines():
@@ -56,7 +49,8 @@ def test_table_figure_and_bias_figure_draw():
     table = ch01.alignment_table(kappas, shapes, draws=5)
     assert table.shape == (2, 2) and (table[:, 0] > table[:, 1]).all() and (table[0] > table[1]).all()
     assert "kappa = 100" in ch01.format_table(table, kappas, shapes)
-    assert isinstance(ch01.alignment_figure(table, draws=2, kappas=kappas, shapes=shapes), Figure)
+    curves = ch01.ratio_curves(widths=(8, 16), kappas=(1,), ratios=(0.5, 1, 2), draws=2)
+    assert isinstance(ch01.alignment_figure(table, curves, kappas=kappas, shapes=shapes, ratios=(0.5, 1, 2)), Figure)
     assert isinstance(ch01.bias_figure(), Figure)
 
 
@@ -68,41 +62,59 @@ def test_bias_costs_alignment_only_for_small_inputs():
     assert biased[1] < plain[1] / 2
 
 
+def test_the_ratio_not_the_width_sets_the_alignment():
+    """Figure 1.2's right panel: curves at three widths agree at every ratio; a width-dependent
+    quantity (the cosine against b itself, not b / d_in) would not."""
+    curves = ch01.ratio_curves(draws=10)
+    assert ch01.width_spread(curves) < 0.05
+    by_batch = {(kappa, d): np.interp(np.log2([8, 32]), np.log2(np.array(ch01.RATIOS) * d), c)
+                for (kappa, d), c in curves.items()}
+    assert max(abs(by_batch[(1, 32)] - by_batch[(1, 128)])) > 0.1     # at equal b the widths differ
+
+
 def test_explorable_keeps_its_promises():
     e = ch01.gram_alignment()
-    assert e.main == "angle" and len(e.main_slider.values) >= 9
-    assert {p.text for p in e.promises} >= {"the cosine does not change with θ"}
+    assert e.main == "ratio" and len(e.main_slider.values) >= 9
+    kappa = next(s for s in e.sliders if s.name == "kappa")
+    assert len(kappa.values) >= 5
+    assert {p.text for p in e.promises} >= {"the cosine falls as b/d_in grows", "the cosine is lower than at κ = 1",
+                                            "the Gram matrix has b − d_in zero eigenvalues"}
     assert e.broken_promises() == []
 
 
-def test_theta_promise_fails_under_the_old_sampling(monkeypatch):
-    monkeypatch.setattr(features, "gaussian_features", old_gaussian_features)
-    broken = ch01.gram_alignment().broken_promises()
-    failed = {b.promise.text for b in broken}
-    assert "the cosine does not change with θ" in failed
-    # where it fails, the cosine moves by far more than rounding
-    spread = max(max(b.values) - min(b.values) for b in broken if b.promise.text.startswith("the cosine does not"))
-    assert spread > 0.05
+def test_the_falling_promise_fails_when_the_ratio_does_not_change_the_batch(monkeypatch):
+    """The promise can fail: with a fixed batch of 256 behind every ratio, the width would
+    shrink instead and the measured cosine would not follow b / d_in."""
+    original = ch01.ratio_alignment_state.__wrapped__
+
+    def reversed_ratio(ratio, kappa):
+        return original(1.0 / ratio, kappa)
+
+    monkeypatch.setattr(ch01, "ratio_alignment_state", reversed_ratio)
+    broken = {b.promise.text for b in ch01.gram_alignment().broken_promises()}
+    assert "the cosine falls as b/d_in grows" in broken
 
 
-def test_the_rotation_turns_the_cloud_and_leaves_the_gram_matrix():
-    a, b = ch01.gram_alignment_state(0, 1000, 8), ch01.gram_alignment_state(60, 1000, 8)
-    assert not torch.allclose(a.X, b.X)
-    assert torch.allclose(feature_step.gram(a.X), feature_step.gram(b.X), rtol=0, atol=1e-10)
-
-
-def test_reachable_share_is_one_below_the_width_and_bounds_the_cosine_above_it():
-    below, above = ch01.gram_alignment_state(0, 30, 8), ch01.gram_alignment_state(0, 30, 128)
-    assert below.reach == pytest.approx(1.0, abs=1e-12)
-    assert above.cos <= above.reach < 1
+def test_nested_batches_and_the_reachable_share():
+    small, large = ch01.ratio_alignment_state(0.25, 100), ch01.ratio_alignment_state(4.0, 100)
+    X, _ = ch01._explorable_draws(100.0)
+    assert small.batch == 8 and large.batch == 128 and X.shape[1] == 256     # the first rows of the same batches
+    assert small.reach == pytest.approx(1.0, abs=1e-12) and small.zeros == 0
+    assert large.cos <= large.reach < 1 and large.zeros == 128 - ch01.EXPLORABLE_D_IN
 
 
 def test_every_setting_draws_without_a_message():
     e = ch01.gram_alignment()
-    for kappa in e.sliders[1].values:
-        for batch in e.sliders[2].values:
-            fig = e.render(strict=True, angle=90, kappa=kappa, batch=batch)
-            assert len(fig.axes) == 4 and not fig.texts          # three panels and a colorbar
+    for ratio in e.sliders[0].values:
+        for kappa in e.sliders[1].values:
+            fig = e.render(strict=True, ratio=ratio, kappa=kappa)
+            assert len(fig.axes) == 3 and not fig.texts          # three panels, no message
+
+
+def test_the_explorable_fills_the_column_with_ten_point_text():
+    e = ch01.gram_alignment()
+    assert e.requested_figsize == e.figsize and e.figsize[0] * DISPLAY_DPI <= COLUMN_PX
+    assert smallest_text(e.render(strict=True)) >= 10
 
 
 @pytest.mark.slow
@@ -112,6 +124,6 @@ def test_website_frames_fit_the_budget_at_twice_the_display_width():
 
     e = ch01.gram_alignment()
     html = e.static_html()                                        # raises over 2 MB
-    assert len(html) < 1_600_000
+    assert len(html) < 1_800_000
     frame = Image.open(io.BytesIO(e._frame_bytes(e.defaults())))
     assert frame.size[0] >= 2 * e.figsize[0] * DISPLAY_DPI - 2

@@ -13,9 +13,10 @@ promises live here once:
   batch-to-width ratios.
 - :func:`bias_alignment`, :func:`bias_figure`: what a bias term costs as the inputs'
   squared norm :math:`\|x\|^2` approaches 1.
-- :func:`gram_alignment_state`, :func:`gram_alignment`: the explorable of section 1.8 and
-  the one computation its figure and its promises share; ``EXPLORABLES`` lists it for
-  ``tests/test_captions.py``.
+- :func:`ratio_alignment_state`, :func:`gram_alignment`: the explorable of section 1.8
+  (the batch-to-width ratio and the condition number, the Gram spectrum and the
+  alignment) and the one computation its figure and its promises share; ``EXPLORABLES``
+  lists it for ``tests/test_captions.py``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,20 @@ import math
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
-import matplotlib
 import numpy as np
 import torch
 from matplotlib.figure import Figure
 
 from isolab.book import feature_step, features
-from isolab.book.explorable import Explorable, Promise, Slider, always, constant
+from isolab.book.explorable import Explorable, Promise, Slider, always, nonincreasing
 from isolab.book.figures import style
+from isolab.book.plotting import log_ticks
 from isolab.book.seeding import generator
 
 __all__ = [
     "hero", "mean_alignment", "alignment", "alignment_table", "format_table", "alignment_figure",
-    "bias_alignment", "bias_figure", "GramAlignment", "gram_alignment_state", "gram_alignment",
-    "below", "EXPLORABLES", "SHAPES", "KAPPAS",
+    "bias_alignment", "bias_figure", "RatioAlignment", "ratio_alignment_state", "gram_alignment",
+    "width_spread", "below", "EXPLORABLES", "SHAPES", "KAPPAS", "WIDTHS", "RATIOS",
 ]
 
 _SUB = "₁₂"
@@ -46,12 +47,17 @@ _SUB = "₁₂"
 SHAPES = ((8, 512), (32, 512), (32, 128), (32, 32), (128, 32), (512, 32))
 #: The condition numbers of the chapter's table and curves.
 KAPPAS = (1, 10, 100, 1000)
+#: The widths of the curves that show the shape enters through b / d_in.
+WIDTHS = (32, 64, 128)
+#: The batch-to-width ratios of the curves, 1/16 to 16.
+RATIOS = tuple(2.0 ** k for k in range(-4, 5))
 
 
 def below(value: float, tol: float) -> str:
     """``"< tol"`` when ``value`` is below ``tol``, else the value: a rounding-level
     difference printed the same on every CPU."""
-    return f"< {tol:.0e}" if value < tol else f"{value:.1e}"
+    mantissa, exponent = f"{tol:.0e}".split("e")
+    return f"< {mantissa}e{int(exponent)}" if value < tol else f"{value:.1e}"
 
 
 # ----------------------------------------------------------------------------- hero
@@ -159,31 +165,39 @@ def format_table(table: np.ndarray, kappas: Sequence[float] = KAPPAS, shapes: Se
     return "\n".join(lines)
 
 
-def _spread(labels, gap):
-    """``(y, text, colour)`` labels with their ``y`` pushed apart to at least ``gap``,
-    keeping their order and their mean."""
-    labels = sorted(labels, key=lambda item: item[0])
-    ys = [y for y, *_ in labels]
-    for i in range(1, len(ys)):
-        ys[i] = max(ys[i], ys[i - 1] + gap)
-    shift = (sum(y for y, *_ in labels) - sum(ys)) / len(ys)
-    return [(y + shift, *rest) for y, (_, *rest) in zip(ys, labels)]
+def ratio_curves(widths: Sequence[int] = WIDTHS, kappas: Sequence[float] = (1, 100),
+                 ratios: Sequence[float] = RATIOS, draws: int = 20) -> dict[tuple[float, int], np.ndarray]:
+    """Mean cosine against ``ratios`` (b / d_in) for each (κ, width): the curves of the
+    figure's right panel and of the check that the ratio, not the width, sets it."""
+    return {(kappa, d): np.array([mean_alignment(max(1, round(r * d)), d, kappa, draws=draws) for r in ratios])
+            for kappa in kappas for d in widths}
 
 
-def alignment_figure(table: np.ndarray | None = None, *, d_in: int = 64, draws: int = 20,
-                     kappas: Sequence[float] = KAPPAS, shapes: Sequence[tuple[int, int]] = SHAPES) -> Figure:
+def width_spread(curves: dict[tuple[float, int], np.ndarray]) -> float:
+    """The largest difference between widths at one ratio and one κ."""
+    kappas = sorted({kappa for kappa, _ in curves})
+    return max(float(np.ptp(np.stack([c for (k, _), c in curves.items() if k == kappa]), axis=0).max())
+               for kappa in kappas)
+
+
+def alignment_figure(table: np.ndarray | None = None, curves: dict | None = None, *,
+                     kappas: Sequence[float] = KAPPAS, shapes: Sequence[tuple[int, int]] = SHAPES,
+                     ratios: Sequence[float] = RATIOS) -> Figure:
     r"""Left: the table as a heatmap (rows κ, columns (b, d_in) ordered by b/d_in).
-    Right: the mean cosine against :math:`b/d_{in}` at a fixed width, one curve per κ,
-    with the rank bound :math:`\sqrt{d_{in}/b}` for :math:`b > d_{in}`."""
+    Right: the mean cosine against :math:`b/d_{in}` at three widths (markers) for κ = 1
+    and κ = 100 (colours), with the rank bound :math:`\sqrt{d_{in}/b}` for :math:`b > d_{in}`:
+    the curves of one κ lie on each other, so the shape enters through the ratio."""
     if table is None:
         table = alignment_table(kappas, shapes)
+    if curves is None:
+        curves = ratio_curves(ratios=ratios)
     fig = Figure(figsize=(style.FIG_WIDTH, 3.9))
     ax_map, ax_curve = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1]})
 
     image = ax_map.imshow(table, cmap="cividis", vmin=0, vmax=1, aspect="auto")
     for (r, c), v in np.ndenumerate(table):
         ax_map.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=style.FONT_SIZE - 1,
-                    color=style.ROLES["target"] if v > 0.55 else style.ROLES["muted"])
+                    color=style.ROLES["target"] if v > 0.55 else style.ROLES["background"])
     ax_map.set_xticks(range(len(shapes)), [f"{b}/{d}" for b, d in shapes])
     ax_map.set_yticks(range(len(kappas)), [f"{k:g}" for k in kappas])
     ax_map.set(xlabel="batch / width, b / d_in", ylabel="condition number κ")
@@ -191,26 +205,31 @@ def alignment_figure(table: np.ndarray | None = None, *, d_in: int = 64, draws: 
     ax_map.tick_params(axis="x", labelrotation=30)
     style.colorbar(fig, image, ax_map, "cos(ΔY, −G)")
 
-    ratios = [2.0 ** k for k in range(-6, 5)]
-    ends = []
-    for kappa, colour in zip(kappas, style.sequence(len(kappas))):
-        cos = [mean_alignment(max(1, round(r * d_in)), d_in, kappa, draws=draws) for r in ratios]
-        ax_curve.plot(ratios, cos, "o-", color=colour, markersize=5)
-        ends.append((cos[-1], f"κ = {kappa:g}", colour))
-    for y, text, colour in _spread(ends, gap=0.06):        # direct labels, pushed apart where the curves meet
-        ax_curve.annotate(text, (ratios[-1], y), xytext=(6, 0), textcoords="offset points", va="center",
-                          color=style.text_color(colour), fontsize=style.FONT_SIZE - 1)
+    curve_kappas = sorted({kappa for kappa, _ in curves})
+    colours = dict(zip(curve_kappas, [style.ROLES["data"], style.ROLES["highlight"]]))
+    markers = dict(zip(sorted({d for _, d in curves}), "os^D"))
+    for (kappa, d), cos in curves.items():
+        ax_curve.plot(ratios, cos, marker=markers[d], color=colours[kappa], markersize=5, lw=1.6,
+                      mfc=style.ROLES["background"] if d != min(markers) else colours[kappa])
+    for kappa in curve_kappas:
+        last = np.mean([c[-1] for (k, _), c in curves.items() if k == kappa])
+        ax_curve.annotate(f"κ = {kappa:g}", (ratios[-1], last), xytext=(6, 0), textcoords="offset points",
+                          va="center", color=style.text_color(colours[kappa]), fontsize=style.FONT_SIZE - 1)
+    widths = "  ".join(f"{m} d_in = {d}" for d, m in zip(markers, ("●", "○", "△")))
+    ax_curve.text(0.02, 0.03, widths, transform=ax_curve.transAxes, fontsize=style.FONT_SIZE - 1,
+                  color=style.ROLES["ink"])
     past = [r for r in ratios if r >= 1]
     ax_curve.plot(past, [1 / math.sqrt(r) for r in past], "--", color=style.ROLES["bound"], lw=1.6)
-    ax_curve.text(past[1], 1 / math.sqrt(past[1]) + 0.08, "rank bound √(d_in/b)", color=style.ROLES["bound"],
+    ax_curve.text(past[1], 1 / math.sqrt(past[1]) + 0.09, "rank bound √(d_in/b)", color=style.ROLES["bound"],
                   fontsize=style.FONT_SIZE - 1)
     ax_curve.axvline(1.0, color=style.ROLES["muted"], lw=1, zorder=0)
     ax_curve.set_xscale("log", base=2)
-    ax_curve.set_xticks([2.0 ** k for k in range(-6, 5, 2)], [f"1/{2 ** -k}" if k < 0 else f"{2 ** k}" for k in range(-6, 5, 2)])
+    ticks = [r for r in ratios if round(math.log2(r)) % 2 == 0]
+    ax_curve.set_xticks(ticks, [f"1/{round(1 / r)}" if r < 1 else f"{r:g}" for r in ticks])
     ax_curve.minorticks_off()
-    ax_curve.set(xlabel=f"b / d_in   (d_in = {d_in})", ylabel="mean cos(ΔY, −G)", ylim=(0, 1.02),
-                 xlim=(ratios[0] / 1.3, ratios[-1] * 3.2))
-    ax_curve.set_title("the ratio b / d_in sets it; κ lowers it", loc="left")
+    ax_curve.set(xlabel="b / d_in", ylabel="mean cos(ΔY, −G)", ylim=(0, 1.02),
+                 xlim=(ratios[0] / 1.3, ratios[-1] * 3.4))
+    ax_curve.set_title("three widths, one curve per κ", loc="left")
     fig.tight_layout()
     return fig
 
@@ -261,119 +280,152 @@ def bias_figure(b: int = 32, d_in: int = 128) -> Figure:
 
 
 # ----------------------------------------------------------------------- explorable
-EXPLORABLE_D_OUT = 8
-#: Eleven colour levels for the Gram matrix: its message is the sign and rough size of
-#: each entry, and few levels keep the website's frames small.
-_GRAM_CMAP = matplotlib.colormaps["RdBu_r"].resampled(9)
 EXPLORABLE_D_IN = 32
-_SHOWN = 256             # entries of ΔY and −G drawn in the right panel
+EXPLORABLE_D_OUT = 8
+#: The explorable's main slider, b / d_in: 1/8 to 8 (batches of 4 to 256 at d_in = 32).
+EXPLORABLE_RATIOS = (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0)
+EXPLORABLE_KAPPAS = (1, 10, 100, 1000, 10_000)
+#: Batches averaged for the cosine (the same batches, grown by adding rows, at every ratio).
+EXPLORABLE_DRAWS = 16
+_SHOWN = 160             # entries of ΔY and −G drawn in the middle panel
+_FLOOR = 1e-3            # where the Gram spectrum's zero eigenvalues are drawn on the log axis
 
 
-class GramAlignment(NamedTuple):
+class RatioAlignment(NamedTuple):
     """What the explorable draws at one setting (and what its promises measure)."""
 
-    X: torch.Tensor
-    G: torch.Tensor
-    dY: torch.Tensor
-    cos: float
-    reach: float          # ||P_X G|| / ||G||: the share of -G any weight step can reach
+    batch: int
+    eigenvalues: np.ndarray   # of XX^T / d_in for the first batch, largest first
+    zeros: int                # eigenvalues that are zero to rounding (of the first batch)
+    target: np.ndarray        # entries of -G / ||G|| (first batch)
+    move: np.ndarray          # the same entries of ΔY / ||ΔY||
+    cos: float                # cos(ΔY, -G), mean over the batches
+    reach: float              # ||P_X G|| / ||G||, mean over the batches: what any weight step can reach
 
 
-@lru_cache(maxsize=512)
-def gram_alignment_state(angle: float, kappa: float, batch: int, d_in: int = EXPLORABLE_D_IN) -> GramAlignment:
-    r"""The explorable's one computation: a batch from ``features.gaussian_features``
-    (seed 8, rotation ``angle`` in degrees), a Gaussian upstream gradient, the feature
-    move :math:`\Delta Y = -XX^\top G` and its cosine with :math:`-G`, and the reachable
-    share :math:`\|P_X G\|_F/\|G\|_F` (1 when :math:`b \le d_{in}` and :math:`X` has full rank)."""
+@lru_cache(maxsize=8)
+def _explorable_draws(kappa: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``EXPLORABLE_DRAWS`` batches of the largest size and their upstream gradients; a
+    smaller batch is the first rows of these, so moving the ratio adds samples to the same
+    batches (what changes is b, not the luck of the draw)."""
     gen = generator(8)
-    X = features.gaussian_features(batch, d_in, kappa, math.radians(angle), generator=gen)
-    G = torch.randn(batch, EXPLORABLE_D_OUT, generator=gen, dtype=torch.float64)
-    dY = feature_step.feature_change(X, G, lr=1.0)
-    cos = feature_step.feature_alignment(X, G).item()
-    Q, _ = torch.linalg.qr(X)                      # orthonormal basis of col(X)
-    reach = (torch.linalg.matrix_norm(Q @ (Q.T @ G)) / torch.linalg.matrix_norm(G)).item()
-    return GramAlignment(X, G, dY, cos, reach)
+    largest = round(EXPLORABLE_RATIOS[-1] * EXPLORABLE_D_IN)
+    X = features.gaussian_features(largest, EXPLORABLE_D_IN, kappa, generator=gen, sample_shape=(EXPLORABLE_DRAWS,))
+    G = torch.randn(EXPLORABLE_DRAWS, largest, EXPLORABLE_D_OUT, generator=gen, dtype=torch.float64)
+    return X, G
 
 
-def _draw_gram_alignment(fig, angle, kappa, batch):
+@lru_cache(maxsize=256)
+def ratio_alignment_state(ratio: float, kappa: float) -> RatioAlignment:
+    r"""The explorable's one computation at ``b = ratio · d_in``: the Gram spectrum, the
+    feature move :math:`\Delta Y = -XX^\top G` against :math:`-G` (first batch), and the
+    mean cosine and mean reachable share :math:`\|P_X G\|_F/\|G\|_F` over the batches."""
+    batch = round(ratio * EXPLORABLE_D_IN)
+    X_all, G_all = _explorable_draws(float(kappa))
+    X, G = X_all[:, :batch], G_all[:, :batch]
+    eigenvalues = torch.linalg.eigvalsh(feature_step.gram(X[0]) / EXPLORABLE_D_IN).flip(0).clamp_min(0).numpy()
+    zeros = int((eigenvalues < 1e-10 * eigenvalues[0]).sum())
+    dY = feature_step.feature_change(X[0], G[0], lr=1.0)
+    target = (-G[0] / torch.linalg.matrix_norm(G[0])).flatten()[:_SHOWN].numpy()
+    move = (dY / torch.linalg.matrix_norm(dY)).flatten()[:_SHOWN].numpy()
+    cos = alignment(X, G).mean().item()
+    Q, _ = torch.linalg.qr(X)                      # orthonormal bases of the column spaces
+    reach = (torch.linalg.matrix_norm(Q @ (Q.mT @ G)) / torch.linalg.matrix_norm(G)).mean().item()
+    return RatioAlignment(batch, eigenvalues, zeros, target, move, cos, reach)
+
+
+def _draw_gram_alignment(fig, ratio, kappa):
     d_in = EXPLORABLE_D_IN
-    s = gram_alignment_state(angle, kappa, batch)
-    ax_cloud, ax_gram, ax_align = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.1, 1]})
-    # plain-text labels and few ticks: text layout is most of a redraw's cost
+    s = ratio_alignment_state(ratio, kappa)
+    ax_spec, ax_align, ax_curve = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 0.9, 1.1]})
 
-    x1, xd = s.X[:, 0].numpy(), s.X[:, -1].numpy()
-    ax_cloud.scatter(x1, xd, s=9, color=style.ROLES["data"])
-    lam = features.spectrum(d_in, kappa)
-    phi = np.linspace(0, 2 * np.pi, 73)
-    t = math.radians(angle)
-    rot = np.array([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]])
-    ellipse = rot @ (2 * np.stack([math.sqrt(lam[0]) * np.cos(phi), math.sqrt(lam[-1]) * np.sin(phi)]))
-    ax_cloud.plot(ellipse[0], ellipse[1], color=style.ROLES["bound"], lw=1.5)
-    var1 = (lam[0] * math.cos(t) ** 2 + lam[-1] * math.sin(t) ** 2).item()
-    ax_cloud.set(xlim=(-6, 6), ylim=(-6, 6), aspect="equal", xticks=[-4, 0, 4], yticks=[-4, 0, 4],
-                 xlabel="coordinate 1", ylabel=f"coordinate {d_in}")
-    ax_cloud.set_title(f"inputs turned by θ = {angle:g}°\nvariance of coordinate 1: {var1:.2f}", loc="left",
-                       fontsize=style.FONT_SIZE)
+    rank = s.batch - s.zeros
+    x = (np.arange(rank) + 0.5) / s.batch
+    ax_spec.plot(x, np.maximum(s.eigenvalues[:rank], _FLOOR), "o-", ms=3 if rank <= 64 else 0, lw=1.5,
+                 color=style.ROLES["data"])
+    ax_spec.axhline(1.0, color=style.ROLES["bound"], lw=1, ls=":", zorder=0)
+    if s.zeros:
+        ax_spec.axvspan(rank / s.batch, 1, color=style.ROLES["muted"], alpha=0.5, lw=0)
+        ax_spec.text(1 - s.zeros / (2 * s.batch), 3 * _FLOOR, f"{s.zeros}\nzeros", ha="center", va="bottom",
+                     color=style.ROLES["ink"])
+    ax_spec.set_yscale("log")
+    log_ticks(ax_spec.yaxis, [-3, -2, -1, 0, 1, 2])
+    ax_spec.set(xlim=(0, 1), ylim=(_FLOOR / 2, 300), xticks=[0, 0.5, 1], xticklabels=["0", "½", "1"],
+                xlabel="eigenvalue rank / b", ylabel="eigenvalue of XXᵀ / d_in")
+    ax_spec.set_title(f"Gram spectrum\nb = {s.batch}, d_in = {d_in}", loc="left", fontsize=style.FONT_SIZE)
 
-    image = ax_gram.imshow(feature_step.gram(s.X).numpy() / d_in, cmap=_GRAM_CMAP, vmin=-1.1, vmax=1.1,
-                           interpolation="nearest")
-    ax_gram.set(xticks=[0, batch - 1], yticks=[0, batch - 1], xticklabels=["1", str(batch)],
-                yticklabels=["1", str(batch)], xlabel="sample j", ylabel="sample i")
-    rank = "" if batch <= d_in else f", rank ≤ {d_in}"
-    ax_gram.set_title(f"Gram matrix XXᵀ / d_in\nb = {batch}, d_in = {d_in}{rank}", loc="left", fontsize=style.FONT_SIZE)
-    bar = fig.colorbar(image, ax=ax_gram, fraction=0.046, pad=0.04, ticks=[-1, 0, 1])   # the title names it
-    bar.outline.set_linewidth(0.5)
-
-    target = (-s.G / torch.linalg.matrix_norm(s.G)).flatten()[:_SHOWN].numpy()
-    move = (s.dY / torch.linalg.matrix_norm(s.dY)).flatten()[:_SHOWN].numpy()
-    lim = 1.1 * max(np.abs(target).max(), np.abs(move).max())
+    lim = 1.1 * max(np.abs(s.target).max(), np.abs(s.move).max())
     ax_align.plot([-lim, lim], [-lim, lim], color=style.ROLES["bound"], lw=1)
-    ax_align.scatter(target, move, s=6, color=style.ROLES["highlight"])
+    ax_align.scatter(s.target, s.move, s=6, color=style.ROLES["highlight"])
     ax_align.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xticks=[], yticks=[],
                  xlabel="steepest move −G", ylabel="gradient step ΔY")
-    reach = f"reachable ‖P_X G‖/‖G‖ = {s.reach:.2f}" if batch > d_in else "b ≤ d_in: all of −G reachable"
-    ax_align.set_title(f"cos(ΔY, −G) = {s.cos:.3f}\n{reach}", loc="left", fontsize=style.FONT_SIZE)
+    ax_align.set_title("entries of ΔY\nagainst −G", loc="left", fontsize=style.FONT_SIZE)
+
+    ratios = np.array(EXPLORABLE_RATIOS)
+    reference = [ratio_alignment_state(r, 1).cos for r in ratios]
+    curve = [ratio_alignment_state(r, kappa).cos for r in ratios]
+    past = ratios[ratios >= 1]
+    ax_curve.plot(past, 1 / np.sqrt(past), "--", color=style.ROLES["bound"], lw=1.5)
+    if kappa != 1:
+        ax_curve.plot(ratios, reference, color=style.ROLES["muted"], lw=1.5)
+        ax_curve.text(ratios[0], reference[0] + 0.05, "κ = 1", color=style.ROLES["bound"], va="bottom")
+    ax_curve.plot(ratios, curve, "o-", ms=4, color=style.ROLES["data"], lw=1.8)
+    ax_curve.plot([ratio], [s.cos], "o", ms=10, color=style.ROLES["highlight"], zorder=5)
+    ax_curve.set_xscale("log", base=2)
+    ax_curve.set_xticks([0.125, 0.5, 2, 8], ["1/8", "1/2", "2", "8"])
+    ax_curve.minorticks_off()
+    ax_curve.set(ylim=(0, 1.05), xlabel="b / d_in", ylabel="cos(ΔY, −G)")
+    ax_curve.text(1.15, 1.0, "√(d_in/b)", color=style.ROLES["bound"], ha="left", va="center")
+    reach = f"reachable share {s.reach:.2f}" if s.batch > d_in else "all of −G reachable"
+    ax_curve.set_title(f"mean cos = {s.cos:.2f}\n{reach}", loc="left", fontsize=style.FONT_SIZE)
 
 
 CAPTION = (
-    "Turn θ: the input cloud turns (left) and the variance of coordinate 1 changes, but the Gram "
-    "matrix (middle) stays the same matrix, so the cosine does not change with θ. Raise b past d_in: "
-    "each sample overlaps with many more others, the rank of the Gram matrix stops at d_in, and past d_in, "
-    "the cosine stays below the reachable share ‖P_X G‖/‖G‖ of the steepest move. Raise κ: the points "
-    "on the right spread off the diagonal, and the cosine is lower than at κ = 1."
+    "Raise b/d_in: the cosine falls as b/d_in grows (right), the Gram spectrum spreads (left), "
+    "and past b = d_in the Gram matrix has b − d_in zero eigenvalues and the cosine stays below "
+    "the reachable share ‖P_X G‖/‖G‖ of the steepest move. Raise κ: the eigenvalues spread over more "
+    "decades, the entries of ΔY leave the diagonal (middle), and the cosine is lower than at κ = 1."
 )
 
 
-def _cosine(angle, kappa, batch):
-    return gram_alignment_state(angle, kappa, batch).cos
+def _cosine(ratio, kappa):
+    return ratio_alignment_state(ratio, kappa).cos
 
 
-def _excess_past_width(angle, kappa, batch):
+def _zeros_beyond_width(ratio, kappa):
+    """Zero eigenvalues minus max(0, b − d_in) (must be 0)."""
+    s = ratio_alignment_state(ratio, kappa)
+    return s.zeros - max(0, s.batch - EXPLORABLE_D_IN)
+
+
+def _excess_past_width(ratio, kappa):
     """cos − reachable share when b > d_in (must be ≤ 0); 0 below the width, where the promise says nothing."""
-    s = gram_alignment_state(angle, kappa, batch)
-    return s.cos - s.reach if batch > EXPLORABLE_D_IN else 0.0
+    s = ratio_alignment_state(ratio, kappa)
+    return s.cos - s.reach if s.batch > EXPLORABLE_D_IN else 0.0
 
 
-def _cost_of_kappa(angle, kappa, batch):
-    """cos at this κ minus cos at κ = 1, same θ and b (must be ≤ 0)."""
-    return gram_alignment_state(angle, kappa, batch).cos - gram_alignment_state(angle, 1, batch).cos
+def _cost_of_kappa(ratio, kappa):
+    """cos at this κ minus cos at κ = 1, same b (must be ≤ 0)."""
+    return ratio_alignment_state(ratio, kappa).cos - ratio_alignment_state(ratio, 1).cos
 
 
 def gram_alignment() -> Explorable:
-    """Section 1.8: the input cloud, its Gram matrix and the alignment of the feature move;
-    main slider the rotation θ of Σ (10 values, 0° to 90°)."""
+    """Section 1.8: the Gram spectrum, the feature move against the steepest one and the
+    mean cosine, as the batch-to-width ratio b / d_in (main slider, 1/8 to 8) and the
+    condition number κ of Σ (1 to 10⁴) change."""
     return Explorable(
         _draw_gram_alignment,
-        [Slider("angle", list(range(0, 91, 10)), label="rotation θ (°)", default=30),
-         Slider("kappa", [1, 1000], label="κ(Σ)", default=1000),
-         Slider("batch", [8, 128], label="batch b", default=8)],
-        main="angle",
-        figsize=(style.FIG_WIDTH, 3.3),
-        static_colors=48,
+        [Slider("ratio", list(EXPLORABLE_RATIOS), label="b / d_in", default=0.5),
+         Slider("kappa", list(EXPLORABLE_KAPPAS), label="κ(Σ)", default=100)],
+        main="ratio",
+        figsize=(style.COLUMN_WIDTH, 3.1),
+        static_colors=16,
         caption=CAPTION,
         promises=[
-            Promise("the cosine does not change with θ", _cosine, constant(atol=1e-9)),
-            Promise("past d_in, the cosine stays below the reachable share", _excess_past_width,
+            Promise("the cosine falls as b/d_in grows", _cosine, nonincreasing()),
+            Promise("the Gram matrix has b − d_in zero eigenvalues", _zeros_beyond_width,
+                    always(lambda v: v == 0, "zeros = max(0, b - d_in)")),
+            Promise("the cosine stays below the reachable share", _excess_past_width,
                     always(lambda v: v <= 1e-12, "cos <= ||P_X G||/||G||")),
             Promise("the cosine is lower than at κ = 1", _cost_of_kappa, always(lambda v: v <= 1e-12, "cos(κ) <= cos(1)")),
         ],
