@@ -34,7 +34,7 @@ def test_hero_shows_iso_unchanged_and_sgd_stretched():
     # whitened clouds: identity covariance, and one is the other turned by M_X
     torch.testing.assert_close(data["white_twin"], data["white"] @ data["M"], atol=1e-10, rtol=0)
     assert torch.linalg.det(data["M"]).item() > 0           # a rotation, as the title says
-    fig = ch06.hero(data)
+    fig = ch06.hero()
     assert isinstance(fig, Figure)
     titles = " ".join(fig.axes[1].get_title(loc) for loc in ("left", "center", "right"))  # the style titles left
     assert f"{abs(data['angle']):.0f}°" in titles
@@ -91,48 +91,59 @@ def test_damping_figure_draws():
 
 
 def test_explorable_keeps_its_promises_over_the_grid():
-    explorable = ch06.invariance_explorable()
+    explorable = ch06.twin_explorable()
     assert explorable.main_slider.name == "kappa" and len(explorable.main_slider.values) >= MIN_MAIN_VALUES
+    assert len(ch06.TWIN_DIRECTIONS) >= 5
     for promise in explorable.promises:
         assert promise.text in explorable.caption
     assert not explorable.broken_promises()
 
 
-def test_adam_promise_would_fail_for_general_transforms():
-    """The promise that Adam's dots stay on the line is tested where it applies (monomial):
-    measured on general transforms of the same condition numbers it fails, so it can fail."""
-    promise = next(p for p in ch06.invariance_explorable().promises if "Adam" in p.text)
-    values = [("monomial", promise.measure(kappa=k, kind="general", batch=256)[1]) for k in ch06.KAPPAS]
-    assert not promise.holds(values)
+def test_twin_promises_can_fail():
+    """Each predicate rejects what the caption rules out: a whitened twin that is not the
+    turned original, Iso's bars moving, SGD's staying put."""
+    turned, iso, sgd = (p.holds for p in ch06.twin_explorable().promises)
+    assert not turned([0.0] * 8 + [1e-3])
+    assert not iso([0.0, 0.02])
+    assert not sgd([1.0] * len(ch06.TWIN_KAPPAS))
 
 
-def test_things_to_try_at_kappa_one():
-    """The section's 'things to try': rotations move Adam and IsoAdam but not SGD; signed
-    permutations move nothing."""
-    def spread(name, kind):
-        ratios = ch06.invariance_data(1, kind, 256)["rules"][name]["ratios"][2]
-        return float(np.abs(np.log2(ratios)).max())
-
-    assert spread("SGD", "general") < 1e-9
-    assert spread("Adam", "general") > 0.05 and spread("IsoAdam", "general") > 0.05
-    assert all(spread(name, "monomial") < 1e-9 for name in ch06.RULES)
-
-
-def test_explorable_draws_two_kinds_of_mark_and_every_extreme():
-    explorable = ch06.invariance_explorable()
-    for kappa, kind, batch in itertools.product((1, 10000), ch06.KINDS, (4, 256)):
-        fig = explorable.render(strict=True, kappa=kappa, kind=kind, batch=batch)
-        dots = fig.axes[0].collections
-        assert len(dots) == 2
-        spectral, frobenius = (c.get_paths()[0].vertices for c in dots)
-        assert spectral.shape != frobenius.shape or not np.allclose(spectral, frobenius), \
-            "filled dots and crosses must differ in shape, not only in fill"
+def test_whitened_twin_is_the_layer_turned_at_every_setting():
+    """At every grid point the induced map M_X is a rotation (det +1, what the title's
+    angle measures) and the whitened twin is the whitened layer times M_X."""
+    for kappa, direction in itertools.product(ch06.TWIN_KAPPAS, ch06.TWIN_DIRECTIONS):
+        d = ch06.hero_data(kappa, direction)
+        M = d["M"]
+        torch.testing.assert_close(M.T @ M, torch.eye(2, dtype=torch.float64), atol=1e-12, rtol=0)
+        assert torch.linalg.det(M).item() > 0
+        torch.testing.assert_close(d["white_twin"], d["white"] @ M, atol=1e-10, rtol=0)
+        torch.testing.assert_close(torch.linalg.cond(d["A"]), torch.tensor(float(kappa), dtype=torch.float64))
+    assert ch06.hero_data(1, 72)["angle"] == pytest.approx(0, abs=1e-9)   # κ = 1: the twin is the layer
 
 
-def test_isoadam_leaves_the_line_under_stretching_monomials():
-    """'push κ up and Adam stays on the line while IsoAdam leaves it' (monomial transforms)."""
-    for batch in ch06.BATCHES:
-        for kappa in ch06.KAPPAS[1:]:
-            ratios = ch06.invariance_data(kappa, "monomial", batch)["rules"]
-            assert float(np.abs(np.log2(ratios["IsoAdam"]["ratios"][2])).max()) > 0.05
-            assert float(np.abs(np.log2(ratios["Adam"]["ratios"][2])).max()) < 0.01
+def test_explorable_draws_every_extreme():
+    explorable = ch06.twin_explorable()
+    for kappa, direction in itertools.product((1, 30), ch06.TWIN_DIRECTIONS):
+        fig = explorable.render(strict=True, kappa=kappa, direction=direction)
+        assert len(fig.axes) == 3
+
+
+def test_things_to_try():
+    """§6.10's things to try: the twin's cloud stretches along the chosen direction as κ
+    grows (its spread along that direction is √κ times the layer's) and shrinks across it;
+    at κ = 30 SGD's factor depends on the direction of the stretch (by more than a factor 2
+    across the five directions) while Iso's stays 1."""
+    import math
+
+    for direction in ch06.TWIN_DIRECTIONS:
+        a = math.radians(direction)
+        along = torch.tensor([math.cos(a), math.sin(a)], dtype=torch.float64)
+        across = torch.tensor([-math.sin(a), math.cos(a)], dtype=torch.float64)
+        for kappa in ch06.TWIN_KAPPAS:
+            d = ch06.hero_data(kappa, direction)
+            spread = lambda Z, u: (Z @ u).square().mean().sqrt().item()   # noqa: E731
+            assert spread(d["XA"], along) == pytest.approx(kappa**0.5 * spread(d["X"], along), rel=1e-12)
+            assert spread(d["XA"], across) == pytest.approx(kappa**-0.5 * spread(d["X"], across), rel=1e-12)
+    factors = [ch06._sgd_ratio(30, direction) for direction in ch06.TWIN_DIRECTIONS]
+    assert max(factors) / min(factors) > 2
+    assert all(ch06._iso_drift(30, direction) < 1e-10 for direction in ch06.TWIN_DIRECTIONS)
