@@ -10,14 +10,15 @@ Each figure and the chapter's printed checks share one computation here:
 - :func:`polar_angle` / :func:`hero`: in two dimensions, with ``Sigma = diag(kappa, 1)``,
   Iso's first step is a rotation by ``atan2(c - kappa b, kappa a + d)`` and Muon's by the
   same with ``kappa^2``; the hero also shows, for ``n = 16`` in a Haar basis, how much of
-  the target each first step keeps.
+  the target each first step keeps and the loss after one tuned step (:func:`formula_losses`),
+  where Muon's step, the best orthogonal one for this loss, beats Iso's.
 - :func:`recovery` / :func:`recovery_figure`: mean ``cos(first step, A)`` against
   ``kappa`` for the three eigenbases (large-batch formulas, 16 targets).
 - :func:`tuned_losses` / :func:`tuned_loss_figure` / :func:`loss_table`: the loss after
   one tuned step, from the experiment engine and from the closed form.
 - :func:`explore` / :func:`draw_first_step` / :func:`first_step_explorable`: the target,
-  Adam's and Iso's first steps and the tuned losses as ``kappa``, the eigenbasis and the
-  batch change.
+  Adam's and Iso's first steps and the tuned losses (log axis) as ``kappa``, the eigenbasis
+  (a toggle: ``"diagonal"`` or ``"random"``) and the batch change.
 
 ``EXPLORABLES`` lists the explorable builders (``tests/test_captions.py`` checks their
 caption promises over the whole slider grid).
@@ -41,7 +42,7 @@ from isolab.book.seeding import generator
 
 __all__ = [
     "N", "NAMES", "KAPPAS", "BASIS_TITLES", "HERO_A", "polar_angle", "hero", "cosine", "recovery",
-    "mirrored_rows", "recovery_figure", "tuned_losses", "tuned_loss_figure", "loss_table", "explore", "draw_first_step",
+    "mirrored_rows", "recovery_figure", "tuned_losses", "formula_losses", "tuned_loss_figure", "loss_table", "explore", "draw_first_step",
     "first_step_explorable", "EXPLORABLES",
 ]
 
@@ -83,18 +84,20 @@ def polar_angle(A, kappa, power: int = 1):
 
 
 def hero() -> Figure:
-    """Left: the rotation angle of Iso's and Muon's first step against κ in two dimensions
-    (closed form); right: how much of the target each first step keeps for n = 16 in a
-    random eigenbasis."""
-    fig = Figure(figsize=(style.FIG_WIDTH, 3.9))
-    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.1]})
-    fig.subplots_adjust(left=0.08, right=0.9, bottom=0.15, top=0.83, wspace=0.32)
+    """The chapter in three panels. Left: the rotation angle of Iso's and Muon's first step
+    against κ in two dimensions (closed form). Middle: how much of the target each first
+    step keeps for n = 16 in a random eigenbasis. Right: the loss after one step with the
+    best learning rate, where Muon's step, the best orthogonal step for this loss, is below
+    Iso's at every κ > 1 and the lowest of all from κ = 10 on."""
+    fig = Figure(figsize=(style.FIG_WIDTH, 4.0))
+    ax, ax2, ax3 = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1]})
+    fig.subplots_adjust(left=0.07, right=0.9, bottom=0.15, top=0.8, wspace=0.68)
 
     kappa = np.logspace(0, 3, 200)
     start, limit = polar_angle(HERO_A, 1.0), polar_angle(HERO_A, 1e12)
     for name, power in (("Iso", 1), ("Muon", 2)):
         ax.plot(kappa, polar_angle(HERO_A, kappa, power), **style.line(name, markers=False))
-    for y, text, va in ((start, "κ = 1: msign(A) = I", "top"), (limit, "κ → ∞: first row along A's first row", "bottom")):
+    for y, text, va in ((start, "κ = 1: msign(A) = I", "top"), (limit, "κ → ∞", "bottom")):
         ax.axhline(y, color=style.ROLES["muted"], linewidth=1.0, linestyle=(0, (3, 3)), zorder=0)
         ax.text(900, y + (2.0 if va == "bottom" else -2.5), text, fontsize=_SMALL, color=style.ROLES["bound"], va=va,
                 ha="right")
@@ -103,29 +106,33 @@ def hero() -> Figure:
     level = float(polar_angle(HERO_A, k_iso))
     ax.annotate("", (math.sqrt(k_iso), level), (k_iso, level),
                 arrowprops=dict(arrowstyle="-|>", color=style.ROLES["ink"], lw=1.3, shrinkA=2, shrinkB=2))
-    ax.text(40, 38, "the same angle:\nMuon at √κ,\nIso at κ", ha="left", va="center", fontsize=_SMALL)
-    for name, power, y in (("Iso", 1, 0.0), ("Muon", 2, 0.0)):
+    ax.text(1.12, 92, "Muon at √κ =\nIso at κ", ha="left", va="top", fontsize=_SMALL)
+    for name, power in (("Iso", 1), ("Muon", 2)):
         ax.annotate(name, (kappa[-1], polar_angle(HERO_A, kappa[-1], power)), xytext=(4, -9 if name == "Iso" else 6),
-                    textcoords="offset points", color=style.color(name), fontsize=_SMALL, va="center")
+                    textcoords="offset points", color=style.text_color(style.color(name)), fontsize=_SMALL,
+                    va="center")
     ax.set_xscale("log")
     log_ticks(ax.xaxis, range(0, 4))
     ax.set(xlim=(1, 1000), ylim=(-14, 95), xlabel="κ(Σ),  Σ = diag(κ, 1)", ylabel="rotation angle of the step (°)")
     ax.set_yticks([0, 30, 60])
-    ax.set_title("2 × 2: the first step is a rotation", fontsize=style.FONT_SIZE)
+    ax.set_title("2 × 2: a rotation", fontsize=style.FONT_SIZE)
 
-    data = recovery("haar")
-    ends = {}
-    for name in NAMES:
-        y = [data[k][name] for k in KAPPAS]
-        ax2.plot(KAPPAS, y, **style.line(name))
-        ends[name] = y[-1]
-    _direct_labels(ax2, KAPPAS[-1], ends, gap=0.055)
-    ax2.set_xscale("log")
-    log_ticks(ax2.xaxis, range(0, 4))
-    ax2.set(xlim=(0.8, 1000), ylim=(0.2, 1.03), xlabel="condition number κ(Σ)", ylabel="cos(first step, A)")
-    ax2.set_yticks([0.25, 0.5, 0.75, 1.0])
-    ax2.set_title(f"n = {N}, random eigenbasis of Σ, large batch", fontsize=style.FONT_SIZE)
-    fig.suptitle("Iso's first step depends on Σ, Muon's on Σ²: Iso's turns away from msign(A) more slowly",
+    for axis, data, title, ylabel, ylim, ticks in (
+            (ax2, {k: recovery("haar")[k] for k in KAPPAS}, "how much of A it keeps", "cos(first step, A)",
+             (0.2, 1.03), [0.25, 0.5, 0.75, 1.0]),
+            (ax3, formula_losses("haar"), "loss after one tuned step", "L(W₁) / L(0)", (0, 0.6), [0, 0.2, 0.4, 0.6])):
+        ends = {}
+        for name in NAMES:
+            y = [data[k][name] for k in KAPPAS]
+            axis.plot(KAPPAS, y, **style.line(name, markersize=4))
+            ends[name] = y[-1]
+        _direct_labels(axis, KAPPAS[-1], ends, gap=0.055 if axis is ax2 else 0.04)
+        axis.set_xscale("log")
+        log_ticks(axis.xaxis, range(0, 4))
+        axis.set(xlim=(0.8, 1000), ylim=ylim, xlabel="κ(Σ), n = 16", ylabel=ylabel)
+        axis.set_yticks(ticks)
+        axis.set_title(title, fontsize=style.FONT_SIZE)
+    fig.suptitle("Iso's first step follows Σ, Muon's Σ²: Iso keeps more of A, Muon's tuned step loses less",
                  fontsize=style.FONT_SIZE + 1)
     return fig
 
@@ -196,23 +203,33 @@ def tuned_losses(kind: str, seeds: tuple = (0, 1, 2, 3), kappas: tuple = KAPPAS)
     the engine's best single step on a Gaussian batch of 1024
     (:func:`isolab.book.first_step.tuned_one_step`) and the closed-form line search along the
     large-batch direction, for ``Sigma`` in the eigenbasis ``kind``."""
-    engine, formula = {}, {}
+    engine = {}
     for kappa in kappas:
         p = first_step.RegressionInBasis(n=N, batch=1024, condition_number=kappa, kind=kind)
         engine[kappa] = {k: float(np.mean([first_step.tuned_one_step(p, k.lower(), seed=s, hyper=HYPER.get(k))
                                            ["relative_loss"] for s in seeds])) for k in NAMES}
+    return engine, formula_losses(kind, seeds, kappas)
+
+
+@functools.lru_cache(maxsize=None)
+def formula_losses(kind: str, seeds: tuple = (0, 1, 2, 3), kappas: tuple = KAPPAS) -> dict:
+    """``{kappa: {optimizer: mean L(W_1)/L(0)}}``: the closed-form line search along each
+    large-batch first step (an exact batch), for the targets of ``seeds``."""
+    out = {}
+    for kappa in kappas:
+        p = first_step.RegressionInBasis(n=N, batch=1024, condition_number=kappa, kind=kind)
         At = torch.stack([p.target_matrix(s) for s in seeds])
         Z = _exact_batch()
         steps = first_step.first_steps(Z @ p.sigma, Z @ p.sigma @ At)
-        formula[kappa] = {k: first_step.line_search(D, At, p.sigma)[1].mean().item() for k, D in steps.items()}
-    return engine, formula
+        out[kappa] = {k: first_step.line_search(D, At, p.sigma)[1].mean().item() for k, D in steps.items()}
+    return out
 
 
 def loss_table(kinds=("diagonal", "haar")) -> None:
     """Print the engine's tuned losses (the numbers behind :func:`tuned_loss_figure`)."""
     for kind in kinds:
         engine, _ = tuned_losses(kind)
-        print(f"loss after one tuned step / initial loss, {BASIS_TITLES[kind]} (engine, b = 1024)")
+        print(f"loss after one tuned step / initial loss, {BASIS_TITLES[kind]} (trained, b = 1024)")
         print("  kappa  " + "".join(f"{k:>9s}" for k in NAMES))
         for kappa in KAPPAS:
             print(f"  {kappa:5d}  " + "".join(f"{engine[kappa][k]:9.3f}" for k in NAMES))
@@ -238,15 +255,20 @@ def tuned_loss_figure(kinds=("diagonal", "haar"), seeds: tuple = (0, 1, 2, 3)) -
     _direct_labels(axes[-1], KAPPAS[-1], ends, gap=0.035)
     axes[0].set_yticks([0, 0.2, 0.4, 0.6])
     axes[0].set_ylabel("L(W₁) / L(0) after one tuned step")
-    fig.suptitle("markers: the optimizers run by the engine (b = 1024); lines: the large-batch formulas",
+    fig.suptitle("markers: the optimizers themselves (b = 1024); lines: the large-batch formulas",
                  fontsize=_SMALL, y=0.985)
     return fig
 
 
 # --------------------------------------------------------------------- 9.8: explorable
 EXPLORE_KAPPAS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-EXPLORE_BASES = ("diagonal", "haar")
-EXPLORE_BATCHES = (16, 1024)
+EXPLORE_BASES = ("diagonal", "random")                 # toggle values; "random" is the Haar basis
+_KIND = {"diagonal": "diagonal", "random": "haar"}
+_SHORT_BASIS = {"diagonal": "Σ diagonal", "random": "random basis"}
+EXPLORE_BATCHES = (16, 64, 1024)                 # 60 frames: five stops would take 2.8 MB, over the budget
+#: The loss axis of the bars: logarithmic, so that small losses stay apart (Muon's tick
+#: below Iso's at large κ, where both are a few per cent).
+LOSS_YLIM = (1e-2, 1.5)
 _HEAT = colormaps["RdBu_r"].with_extremes(bad="none")  # the gaps between the maps stay blank
 
 
@@ -264,7 +286,7 @@ def explore(kappa, basis, batch) -> dict:
     one tuned step for both, Adam's and Iso's cosines with ``A`` and the share of Adam's
     signs that agree with ``sgn(A)``."""
     A, Z, Z_exact = _explore_data()
-    S = first_step.sigma_in_basis(kappa, first_step.eigenbasis(N, basis))
+    S = first_step.sigma_in_basis(kappa, first_step.eigenbasis(N, _KIND[basis]))
     Xb = Z[:batch] @ S
     steps = first_step.first_steps(Xb, Xb @ A)
     limit = first_step.first_steps(Z_exact @ S, Z_exact @ S @ A)
@@ -298,17 +320,26 @@ def draw_first_step(fig, kappa, basis, batch):
     if len(wrong):
         ax_maps.scatter(wrong[:, 1] + N + 2, wrong[:, 0], s=7, color=style.ROLES["ink"], marker="o", linewidths=0)
     centers = [i * (N + 2) + (N - 1) / 2 for i in range(3)]
-    ax_maps.set_xticks(centers, ["target A", f"Adam's step: cos {d['cos']['Adam']:.2f}\n"
-                                              f"A's signs kept {100 * d['adam_agree']:.0f}% (b→∞ {100 * d['adam_agree_limit']:.0f}%)",
-                                 f"Iso's step: cos {d['cos']['Iso']:.2f}"])
-    ax_maps.set(yticks=[], ylabel="input i", title="dots: Adam's sign differs from A's; columns: output j")
+    kept = f"{100 * d['adam_agree']:.0f}% of A's signs\n(b → ∞: {100 * d['adam_agree_limit']:.0f}%)"
+    ax_maps.set_xticks(centers, ["target A", f"Adam: cos {d['cos']['Adam']:.2f},\n{kept}",
+                                 f"Iso: cos {d['cos']['Iso']:.2f}"])
+    ax_maps.set(yticks=[], ylabel="input i",
+                title=f"{_SHORT_BASIS[basis]}, κ = {kappa}, b = {batch}")
     ax_maps.tick_params(axis="x", length=0)
     ax_maps.spines[:].set_visible(False)
-    ax.bar(range(5), [d["rel"][k] for k in NAMES], color=[style.color(k) for k in NAMES])
-    ax.scatter(range(5), [d["rel_limit"][k] for k in NAMES], marker="_", s=300, linewidths=2,
-               color=style.ROLES["target"])
-    ax.set(ylim=(0, 1), xticks=range(5), yticks=[0, 0.5, 1], ylabel="loss after tuned step / L(0)",
-           title=f"κ = {kappa}, b = {batch}\nticks: b → ∞")
+    ax.bar(range(5), [d["rel"][k] - LOSS_YLIM[0] for k in NAMES], bottom=LOSS_YLIM[0],
+           color=[style.color(k) for k in NAMES])
+    floor = 1.2 * LOSS_YLIM[0]   # a tick below the axis (SGD solves κ = 1 exactly) sits on the floor, labelled
+    ticks = [d["rel_limit"][k] for k in NAMES]
+    ax.scatter(range(5), np.maximum(ticks, floor), marker="_", s=300, linewidths=2, color=style.ROLES["target"])
+    for i, value in enumerate(ticks):
+        if value < floor:
+            ax.text(i, floor * 1.15, "≈ 0", ha="center", va="bottom", fontsize=_SMALL, color=style.ROLES["ink"],
+                    bbox=dict(facecolor=style.ROLES["background"], edgecolor="none", pad=0.5))
+    ax.set_yscale("log")
+    ax.set(ylim=LOSS_YLIM, xticks=range(5), ylabel="tuned loss / L(0)",
+           title=f"ticks: b → ∞\nMuon {d['rel_limit']['Muon']:.3f}, Iso {d['rel_limit']['Iso']:.3f}")
+    log_ticks(ax.yaxis, (-2, -1, 0))
     ax.set_xticklabels(list(NAMES), rotation=45, ha="right", rotation_mode="anchor")
 
 
@@ -351,7 +382,7 @@ def first_step_explorable() -> Explorable:
     return Explorable(
         draw_first_step,
         [Slider("kappa", list(EXPLORE_KAPPAS), label="κ(Σ)", default=100),
-         Slider("basis", list(EXPLORE_BASES), label="eigenbasis of Σ", default="haar", fmt="{}"),
+         Slider("basis", list(EXPLORE_BASES), label="eigenbasis of Σ", default="random", fmt="{}"),
          Slider("batch", list(EXPLORE_BATCHES), label="batch b", default=1024)],
         main="kappa",
         static_colors=96,
