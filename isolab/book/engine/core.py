@@ -165,6 +165,7 @@ def sweep(
     progress="auto",
     label: Optional[str] = None,
     schedule: Optional[dict] = None,
+    schedule_steps: Optional[int] = None,
     expected_loss_from: Optional[int] = None,
     threshold_on: str = "loss",
 ) -> Sweep:
@@ -212,6 +213,8 @@ def sweep(
             ``optimizer``).
         schedule: ``None`` (a constant rate) or a warmup-and-decay schedule
             (:mod:`isolab.book.engine.schedules`): update ``t`` uses ``lr * multiplier``.
+        schedule_steps: the length the schedule spans (default ``steps``): a run of the first
+            ``steps`` updates of a longer scheduled run (a reproduction of its prefix).
         expected_loss_from: record the exact expected loss
             (:meth:`isolab.book.problems.LinearProblem.expected_loss`, over the input
             distribution instead of the batch) at every step from this one on
@@ -243,6 +246,9 @@ def sweep(
     if retire_at_threshold and threshold is None:
         raise ValueError("retire_at_threshold needs a threshold")
     schedule = check_schedule(schedule)
+    horizon = steps if schedule_steps is None else int(schedule_steps)
+    if horizon < steps:
+        raise ValueError(f"schedule_steps ({schedule_steps}) must be at least steps ({steps})")
     if expected_loss_from is not None:
         if isinstance(expected_loss_from, bool) or not isinstance(expected_loss_from, (int, np.integer)) \
                 or not 0 <= expected_loss_from <= steps:
@@ -356,7 +362,7 @@ def sweep(
                 stats = {key: v.index_select(1, keep) for key, v in stats.items()}
                 state = {key: v.index_select(1, keep) for key, v in state.items()}
                 buf = _Buffers(k, lanes.size, r, n, dtype)
-            rule.apply(W, g, stats, lr if schedule is None else lr * multiplier(schedule, t, steps), t + 1, state)
+            rule.apply(W, g, stats, lr if schedule is None else lr * multiplier(schedule, t, horizon), t + 1, state)
             bar.update(t + 1, f"{lanes.size}/{N0} lanes")
         if final_W is not None and lanes.size:
             final_W[lanes] = W.transpose(0, 1).mT
@@ -372,7 +378,7 @@ def sweep(
         "retire_at_threshold": bool(retire_at_threshold), "relative_threshold": bool(relative_threshold),
         "threshold_value": None if threshold is None else float(threshold),
         "roots": dict(rule.root_stats), "num_threads": torch.get_num_threads() if num_threads is None else num_threads,
-        "schedule": schedule, "expected_loss_from": None if expected_loss_from is None else int(expected_loss_from),
+        "schedule": schedule, "schedule_steps": horizon, "expected_loss_from": None if expected_loss_from is None else int(expected_loss_from),
         "threshold_on": threshold_on,
     }
     return Sweep(
