@@ -95,3 +95,27 @@ def test_lyapunov_threshold_and_scalar_runs():
     assert ch05.lyapunov([0.5])[0] < 0 < ch05.lyapunov([2.0])[0]
     logs = ch05.scalar_runs(0.5, 100, runs=5000)
     assert np.median(logs[100]) < np.median(logs[10]) < math.log10(math.hypot(1.0, 0.3))
+
+
+def test_title_names_a_steady_collapse():
+    """SGD with weight decay below η* collapses exponentially, slowly at lr 0.01 (log-log
+    slope above -1 over 400 steps): the title says so and prints the rate, instead of "no
+    exponential trend"; a run that settles (Iso with weight decay) still gets the slope."""
+    assert "shrinks exponentially, rate -0.00" in ch05.describe(2, "SGD", 0.3, 0.01)
+    assert "no exponential trend" in ch05.describe(2, "Iso", 0.3, 0.1)
+    assert "no exponential trend" in ch05.describe(2, "Adam", 0.0, 0.1)
+
+
+def test_y_axis_fits_each_optimizer():
+    """The y axis is scaled per optimizer, depth and weight decay: Adam's and Iso's runs
+    without decay fill most of a few decades instead of a sliver of fifteen, and every
+    finite seed at every learning rate stays inside it."""
+    import itertools
+
+    for depth, opt, wd in itertools.product((2, 4), ch05.OPTIMIZERS, ch05.WEIGHT_DECAYS):
+        lo, hi = ch05.y_range(depth, opt, wd)
+        _, low, high = ch05._log_curves(depth, opt, wd)
+        finite = np.isfinite(low) & np.isfinite(high)
+        assert lo <= low[finite].min() and high[finite].max() <= hi or hi == ch05.Y_CEILING
+        if opt != "SGD" and not wd:
+            assert hi - lo < 4 and (high[finite].max() - low[finite].min()) / (hi - lo) > 0.6

@@ -44,8 +44,8 @@ __all__ = [
     "WEIGHT_DECAYS", "encode", "decode", "run_key", "compute_run", "explore_run", "run_summary", "COMPARE_SETUPS", "COMPARE_STEPS",
     "COMPARE_DEPTHS", "compute_comparison", "comparison_runs",
     "is_exponential", "describe", "hero", "phase_plane", "scalar_runs", "lyapunov", "lyapunov_threshold",
-    "scalar_noise", "rate_figure", "weight_decay_figure", "comparison", "draw_pure_noise",
-    "pure_noise_explorable", "EXPLORABLES",
+    "scalar_noise", "rate_figure", "weight_decay_figure", "comparison", "DEPTHS", "DECAYS", "y_range",
+    "draw_pure_noise", "pure_noise_explorable", "EXPLORABLES",
 ]
 
 N, BATCH = 16, 1
@@ -61,6 +61,10 @@ EXPLORE_SEEDS = 4
 OPTIMIZERS = {"SGD": ("sgd", {}), "Adam": ("adam", {}), "Iso": ("iso", {"root_interval": 1})}
 #: |log-log slope| above which a run counts as exponential (a random walk has 1/2).
 EXPONENTIAL_SLOPE = 1.0
+#: A late rate (steps 200-400) below this counts as shrinking: a random walk never shrinks,
+#: and the slowest collapse on the grid (SGD, two layers, weight decay 0.3, lr 0.01-0.018)
+#: shrinks at -0.002 per step, while runs that settle fluctuate within ±0.0012.
+SHRINKING_RATE = -0.0015
 
 
 def _sup(e: int) -> str:
@@ -181,12 +185,17 @@ def run_summary(depth: int, optimizer: str, weight_decay: float, lr: float) -> d
     rate = float(nd.growth_rate(torch.from_numpy(curves)).mean())
     slope = float(nd.loglog_slope(torch.from_numpy(curves), start=EXPLORE_STEPS // 10).mean())
     ratio = float(np.median(curves[:, -1] / curves[:, 0])) if not overflow else math.nan
-    return dict(rate=rate, slope=slope, last=last, overflow=overflow, ratio=ratio,
-                exponential=is_exponential(slope if math.isfinite(slope) else math.inf, overflow))
+    late = float(nd.growth_rate(torch.from_numpy(curves), start=EXPLORE_STEPS // 2).mean())
+    return dict(rate=rate, slope=slope, last=last, overflow=overflow, ratio=ratio, late_rate=late,
+                exponential=is_exponential(slope if math.isfinite(slope) else math.inf, overflow),
+                shrinking=bool(not overflow and late < SHRINKING_RATE))
 
 
 def describe(depth: int, optimizer: str, weight_decay: float, lr: float) -> str:
-    """The explorable's title: a rate per step only where the growth is exponential."""
+    """The explorable's title: a rate per step only where the norm grows or shrinks
+    exponentially (a log-log slope beyond 1, or a steady shrinking that no random walk
+    shows); elsewhere the log-log slope, because the exponential "rate" of a random walk
+    measures the clock, not the weights."""
     s = run_summary(depth, optimizer, weight_decay, lr)
     head = f"{optimizer}, k = {depth}: "
     if s["overflow"] and depth >= 3:
@@ -194,6 +203,8 @@ def describe(depth: int, optimizer: str, weight_decay: float, lr: float) -> str:
     if s["exponential"]:
         kind = "growth" if s["rate"] > 0 else "decay"
         return head + f"exponential {kind}, rate {s['rate']:+.4f} per step"
+    if s["shrinking"]:
+        return head + f"shrinks exponentially, rate {s['late_rate']:+.4f} per step (steps 200–400)"
     return head + f"no exponential trend (log–log slope {s['slope']:.2f}; random walk 0.5)"
 
 
@@ -269,9 +280,10 @@ def phase_plane(eta: float = 0.25) -> Figure:
     ax, ax_t = fig.subplots(1, 2)
     grid = np.linspace(-2, 2, 9)
     U, V = np.meshgrid(grid, grid)
-    for u, v in zip(U.ravel(), V.ravel()):   # the step for ξ = ±1: ∓η (v, u)
-        ax.plot([u - eta * v, u + eta * v], [v - eta * u, v + eta * u], color=DATA, lw=2, solid_capstyle="round")
-        ax.plot(u, v, ".", color=DATA, ms=4)
+    for sign in (1, -1):   # the step for ξ = ∓1: ±η (v, u), an arrow each way from every point
+        ax.quiver(U, V, sign * eta * V, sign * eta * U, angles="xy", scale_units="xy", scale=1, color=DATA,
+                  width=0.006, headwidth=3.5, headlength=4, headaxislength=3.5)
+    ax.plot(U.ravel(), V.ravel(), ".", color=DATA, ms=4)
     ax.plot([-2.4, 2.4], [-2.4, 2.4], color=HIGHLIGHT, lw=1.5, ls="--")
     ax.plot([-2.4, 2.4], [2.4, -2.4], color=HIGHLIGHT, lw=1.5, ls="--")
     box = dict(facecolor=style.ROLES["background"], edgecolor="none", alpha=0.85, pad=1)
@@ -380,13 +392,20 @@ def rate_figure(norms: dict, rate: dict, late_rate_k1, lrs) -> Figure:
     fitted rates against the learning rate with the two predictions."""
     fig = Figure(figsize=(style.FIG_WIDTH, 4.0))
     ax_t, ax_r = fig.subplots(1, 2)
+    top = 1e4
     for i, color in zip(range(3), style.sequence(3)):
-        ax_t.plot(norms[2][0, i], color=color)
+        y = norms[2][0, i].numpy()
+        ax_t.plot(y, color=color)
         ax_t.plot(norms[1][0, i], color=color, ls=":")
-        style.label_end(ax_t, np.arange(norms[2].shape[-1]), norms[2][0, i].numpy(), f"η = {lrs[i]:.2g}", color=color)
+        inside = np.flatnonzero(np.isfinite(y) & (y <= top))
+        last = int(inside[-1])
+        if last == len(y) - 1:   # the curve stays in the plot: label its end
+            style.label_end(ax_t, np.arange(len(y)), y, f"η = {lrs[i]:.2g}", color=color)
+        else:                    # it leaves through the top: label it there
+            ax_t.annotate(f"η = {lrs[i]:.2g}", (last, top), xytext=(-4, -8), textcoords="offset points", ha="right",
+                          va="top", fontsize=SMALL, color=style.text_color(color))
     ax_t.text(1900, 25, "one layer (dotted): √t", ha="right", fontsize=SMALL, color=BOUND)
-    ax_t.text(1150, 5e3, "two layers, larger η:\nout of the plot", fontsize=SMALL, color=BOUND)
-    ax_t.set(yscale="log", ylim=(1, 1e4), xlabel="step t", ylabel="‖W‖ (seed 0)", title="two layers: straight lines")
+    ax_t.set(yscale="log", ylim=(1, top), xlabel="step t", ylabel="‖W‖ (seed 0)", title="two layers: straight lines")
     _log_ticks(ax_t.yaxis, [0, 1, 2, 3, 4])
     ax_t.set_xticks([0, 1000, 2000])
     fine = np.logspace(-2, 1, 100)
@@ -465,15 +484,29 @@ def comparison(compare: dict) -> Figure:
 
 
 # --------------------------------------------------------- section 5.9: the explorable
+#: The toggles' names and the values they stand for.
+DEPTHS = {"k = 2": 2, "k = 4": 4}
+DECAYS = {"none": 0.0, "λ = 0.3": 0.3}
+#: The y axis keeps one range per optimizer, depth and weight decay (over every learning
+#: rate, so that moving the learning rate shows the change), within these decades.
+Y_FLOOR, Y_CEILING = -16.0, 12.0
+
 EXPLORE_CAPTION = (
     "Total weight norm against step on the pure noise problem (n = 16, one sample per step, four seeds: "
     "median bold, band from the lowest to the highest seed; dashed: SGD's exact root mean square for two "
-    "layers; dotted: a random walk's √t). Move the learning rate: with SGD, two or more "
-    "layers and no weight decay the fitted rate is positive and grows with the learning rate; with weight "
-    "decay 0.3 SGD's two layers collapse below η* ≈ 0.037 and explode above it; Adam and Iso without weight "
-    "decay never grow faster than a random walk (log–log slope below 1). A rate per step is printed only "
-    "where the growth is exponential."
+    "layers; dotted: a random walk's √t). The y axis is scaled to each optimizer, depth and weight decay. "
+    "Move the learning rate: with SGD, two or more layers and no weight decay the fitted rate is positive "
+    "and grows with the learning rate; with weight decay 0.3 SGD's two layers collapse below η* ≈ 0.037 and "
+    "explode above it; Adam and Iso without weight decay never grow faster than a random walk (log–log slope "
+    "below 1). A rate per step is printed only where the norm grows or shrinks exponentially."
 )
+
+
+def _numeric(measure):
+    """A promise's measure on the toggles' names (it computes on the numbers they stand for)."""
+    def on_names(lr, depth, weight_decay, optimizer):
+        return measure(lr, DEPTHS[depth], DECAYS[weight_decay], optimizer)
+    return on_names
 
 
 def _sgd_rate(lr, depth, weight_decay, optimizer):
@@ -519,7 +552,34 @@ def _eta_star_split(values):
     return all((r < 0) == (lr < star) for lr, r in v)
 
 
-def draw_pure_noise(fig, lr, depth, weight_decay, optimizer):
+@functools.lru_cache(maxsize=None)
+def y_range(depth: int, optimizer: str, weight_decay: float) -> tuple[float, float]:
+    """The decades the explorable's y axis spans for one optimizer, depth and weight decay:
+    every seed's finite norm at every learning rate, with a quarter decade to spare, within
+    :data:`Y_FLOOR` … :data:`Y_CEILING` (an overflowing run leaves through the top)."""
+    _, low, high = _log_curves(depth, optimizer, weight_decay)
+    lo = float(np.nanmin(np.where(np.isfinite(low), low, np.nan)))
+    hi = float(np.nanmax(np.where(np.isfinite(high), high, np.nan)))
+    hi = Y_CEILING if (~np.isfinite(high)).any() else hi
+    return max(Y_FLOOR, math.floor(4 * lo - 1) / 4), min(Y_CEILING, math.ceil(4 * hi + 1) / 4)
+
+
+def _decade_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Ticks at powers of ten inside (lo, hi), at most five; where fewer than two fit, at 1, 2
+    and 5 times them."""
+    from isolab.book.plotting import power_of_ten
+
+    decades = list(range(math.ceil(lo), math.floor(hi) + 1))
+    if len(decades) >= 2:
+        step = max(1, math.ceil(len(decades) / 5))
+        decades = decades[::step]
+        return decades, [power_of_ten(e) for e in decades]
+    ticks = [(e + math.log10(m), m * 10.0 ** e) for e in range(math.floor(lo), math.ceil(hi) + 1) for m in (1, 2, 5)]
+    ticks = [(t, v) for t, v in ticks if lo < t < hi]
+    return [t for t, _ in ticks], [f"{v:g}" for _, v in ticks]
+
+
+def _draw(fig, lr, depth, weight_decay, optimizer):
     # log10 of the norms on a linear axis (labelled as powers of ten): cheaper to redraw than a log axis
     curves = _log_curves(depth, optimizer, weight_decay)
     i = EXPLORE_LRS.index(lr)
@@ -539,12 +599,18 @@ def draw_pure_noise(fig, lr, depth, weight_decay, optimizer):
     ax.plot(t, w0 + 0.5 * np.log10(1 + t / 4.0), ls=":", color=BOUND, lw=1.5)
     if s["overflow"]:
         ax.text(0.98, 0.08, f"float64 overflow at step {s['last'] + 1}", transform=ax.transAxes, ha="right",
-                fontsize=SMALL, color=color)
-    ax.set(ylim=(-3, 12), xlim=(0, EXPLORE_STEPS), xlabel="step", ylabel="‖W‖ (log scale)",
+                fontsize=SMALL, color=style.text_color(color))
+    lo, hi = y_range(depth, optimizer, weight_decay)
+    ax.set(ylim=(lo, hi), xlim=(0, EXPLORE_STEPS), xlabel="step", ylabel="‖W‖ (log scale)",
            title=describe(depth, optimizer, weight_decay, lr))
-    ax.set_yticks([-3, 0, 6, 12], ["10⁻³", "1", "10⁶", "10¹²"])
+    ax.set_yticks(*_decade_ticks(lo, hi))
     ax.set_xticks([0, 200, 400])
     ax.minorticks_off()
+
+
+def draw_pure_noise(fig, lr, depth, weight_decay, optimizer):
+    """The explorable's frame, from the toggles' names (:data:`DEPTHS`, :data:`DECAYS`)."""
+    _draw(fig, lr, DEPTHS[depth], DECAYS[weight_decay], optimizer)
 
 
 _STEPS_AXIS = np.arange(EXPLORE_STEPS + 1)
@@ -567,12 +633,12 @@ def _rms(depth, lr, weight_decay):
 
 
 def pure_noise_explorable() -> Explorable:
-    """Sliders: learning rate (main, nine values), depth, weight decay, optimizer."""
+    """Sliders: learning rate (main, nine values); toggles: depth, weight decay, optimizer."""
     return Explorable(
         draw_pure_noise,
         [Slider("lr", list(EXPLORE_LRS), label="learning rate", default=0.1, fmt="{:.3g}"),
-         Slider("depth", [2, 4], label="depth k", default=2),
-         Slider("weight_decay", [0.0, 0.3], label="weight decay", default=0.0),
+         Slider("depth", list(DEPTHS), label="depth", default="k = 2", fmt="{}"),
+         Slider("weight_decay", list(DECAYS), label="weight decay", default="none", fmt="{}"),
          Slider("optimizer", list(OPTIMIZERS), label="optimizer", default="SGD", fmt="{}")],
         main="lr",
         figsize=(8.0, 2.8),
@@ -580,11 +646,12 @@ def pure_noise_explorable() -> Explorable:
         caption=EXPLORE_CAPTION,
         promises=[
             Promise("with SGD, two or more layers and no weight decay the fitted rate is positive and grows with the "
-                    "learning rate", _sgd_rate, _Check("positive and nondecreasing", _positive_increasing)),
+                    "learning rate", _numeric(_sgd_rate), _Check("positive and nondecreasing", _positive_increasing)),
             Promise("with weight decay 0.3 SGD's two layers collapse below η* ≈ 0.037 and explode above it",
-                    _sgd_decay_sign, _Check("rate < 0 exactly below η*", _eta_star_split)),
+                    _numeric(_sgd_decay_sign), _Check("rate < 0 exactly below η*", _eta_star_split)),
             Promise("Adam and Iso without weight decay never grow faster than a random walk (log–log slope below 1)",
-                    _adaptive_slope, _Check("log-log slope < 1", lambda v: all(x < 1 for x in v if x is not None))),
+                    _numeric(_adaptive_slope),
+                    _Check("log-log slope < 1", lambda v: all(x < 1 for x in v if x is not None))),
         ],
         trains=False,   # the runs come from results/ (trained once per setting where the file is missing)
     )
