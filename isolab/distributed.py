@@ -13,6 +13,9 @@ What the optimizers need under ``torch.distributed`` (data parallelism, e.g.
   processes, sending only their upper triangles (``n(n+1)/2`` of ``n²`` entries), packed
   into flat buckets of at most ``bucket_bytes`` (one ``all_reduce`` per bucket). Every rank
   receives the same, exactly symmetric, result.
+- :func:`reduce_symmetric_to_owners`: the same sum delivered only to each matrix's owner
+  (one ``reduce`` per owning rank), for FSDP2 (:mod:`isolab.fsdp`), where only the owner of a
+  matrix whitens it.
 - :func:`assign_owners`: spread ``n × n`` matrix jobs (inverse roots) over the ranks so that
   their ``n³`` costs are balanced (longest job first, to the least-loaded rank).
 - :func:`broadcast_from_owners`: each rank contributes the symmetric matrices it owns; every
@@ -51,6 +54,7 @@ __all__ = [
     "pack_upper",
     "unpack_upper",
     "all_reduce_symmetric",
+    "reduce_symmetric_to_owners",
     "assign_owners",
     "broadcast_from_owners",
     "compute_on_owners",
@@ -371,6 +375,42 @@ def all_reduce_symmetric(
         for i, M in zip(members, unpack_upper(flat, [tensors[i].shape[0] for i in members], upper_triangle)):
             out[i] = M
     return out  # type: ignore[return-value]
+
+
+def reduce_symmetric_to_owners(
+    tensors: Sequence[torch.Tensor | None],
+    owners: Sequence[int],
+    sizes: Sequence[int],
+    group=None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> list[torch.Tensor | None]:
+    """Sum symmetric matrices over the processes of ``group``, each *onto its owner only*.
+
+    ``tensors[i]`` (``sizes[i]`` square, on every rank; ``None`` reads as zeros) is summed
+    over the ranks and delivered to rank ``owners[i]`` (a rank of ``group``); elsewhere the
+    result is ``None``. The upper triangles of the matrices one rank owns travel in one flat
+    buffer, one ``reduce`` per owning rank: half the bytes of an all-reduce, for work that only
+    the owner does (FSDP2's owner scheme, :mod:`isolab.fsdp`). The result is exactly symmetric.
+    """
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    out: list[torch.Tensor | None] = [None] * len(sizes)
+    for d in range(world):
+        members = [i for i, o in enumerate(owners) if o == d]
+        if not members:
+            continue
+        mats = [tensors[i] if tensors[i] is not None else torch.zeros(sizes[i], sizes[i], dtype=dtype, device=device)
+                for i in members]
+        flat = pack_upper([M.to(dtype) for M in mats]).to(device)
+        dst = dist.get_global_rank(group, d) if group is not None and group is not dist.group.WORLD else d
+        dist.reduce(flat, dst=dst, group=group)
+        if d == rank:
+            for i, M in zip(members, unpack_upper(flat, [sizes[i] for i in members])):
+                out[i] = M
+    return out
 
 
 # ----------------------------------------------------------------------------- owners

@@ -18,6 +18,11 @@ groups' ``algorithm`` tags identify the class), instead of failing later with a 
 A ``step`` runs in two phases: *validate* (every gradient finite, every new statistic and
 inverse root finite and computable), then *apply*. An error in the first phase leaves
 parameters and optimizer state exactly as they were.
+
+Under FSDP2 (parameters that are ``DTensor`` shards, :mod:`isolab.fsdp`) the Adam fallback
+runs on each process's own rows, the gradient check is agreed over the mesh (a NaN in one
+process's rows raises the same error on every process), and each subclass's matrix step uses
+the owner scheme of :mod:`isolab.fsdp`.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .. import rules
+from .. import fsdp, rules
 from .routing import split_parameters, weight_layouts
 
 # --------------------------------------------------------------------------- validation
@@ -144,8 +149,10 @@ def adam_step(param: torch.Tensor, grad: torch.Tensor, state: dict, lr, betas, e
         state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
         state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
     state[count_key] += 1
+    # a DTensor (FSDP2) parameter and its moments are updated on this process's rows
     rules.adam_update_(
-        param, grad, state["exp_avg"], state["exp_avg_sq"], state[count_key], lr, betas, eps, weight_decay
+        fsdp.local(param), fsdp.local(grad), fsdp.local(state["exp_avg"]), fsdp.local(state["exp_avg_sq"]),
+        state[count_key], lr, betas, eps, weight_decay,
     )
 
 
@@ -223,13 +230,21 @@ class RoutedOptimizer(Optimizer):
             raise ValueError("embeddings= and head= are only meaningful when a model (nn.Module) is passed")
         super().__init__(params, defaults)
         self._steps_taken = 0
+        #: the FSDP2 mesh the parameters are sharded over (``None``: plain tensors)
+        self._sharding = fsdp.sharding_of([p for g in self.param_groups for p in g["params"]], type(self).__name__)
+        self._owners: dict[int, int] = {}
+        if self._sharding is not None:
+            self._assign_owners()
+            # torch.distributed.checkpoint's get/set_optimizer_state_dict initialise an *empty*
+            # state by a step on zero gradients, which a hooked optimizer cannot take (no rows were
+            # captured); an entry per parameter marks the state as initialised
+            for g in self.param_groups:
+                for p in g["params"]:
+                    self.state[p]
         # max|w| of every parameter at construction: lets a later failure say whether the
         # parameters blew up under this optimizer's steps (read only on the failure path)
-        self._start_scale = {}
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.numel() and p.device.type != "meta":
-                    self._start_scale[id(p)] = float(p.detach().abs().max())
+        params = [p for g in self.param_groups for p in g["params"]]
+        self._start_scale = {id(p): a for p, a in zip(params, self._param_maxima(params)) if a is not None}
 
     def _reroute(self, split):
         """Hook for subclasses: adjust :func:`split_parameters`' routing (Iso: unwhitenable matrices)."""
@@ -308,9 +323,57 @@ class RoutedOptimizer(Optimizer):
                     idx = f" #{j}"
         return f"parameter{idx}{where} of shape {shape}"
 
+    # -- sharding (FSDP2) -------------------------------------------------------------
+    def _matrix_cost(self, p: torch.Tensor) -> float:
+        """The whole-matrix work of ``p`` per step, in multiply-adds (what the owners balance)."""
+        out, inp = self._out_in(p)
+        return float(out * inp * min(out, inp))
+
+    def _assign_owners(self) -> None:
+        """Give every matrix parameter without an owner one (:func:`isolab.fsdp.assign_by_cost`),
+        the same on every process: from the shapes and order of the parameter groups only."""
+        new = [p for g in self.param_groups if g["algorithm"] != "adam" for p in g["params"]
+               if id(p) not in self._owners]
+        for p, r in zip(new, fsdp.assign_by_cost([self._matrix_cost(p) for p in new], self._sharding.world)):
+            self._owners[id(p)] = r
+
+    def _param_maxima(self, params) -> list[float | None]:
+        """``max|w|`` of each parameter (``inf`` where it is not finite, ``None`` where it cannot
+        be read); over the whole parameter under FSDP2 (one ``all_reduce``), so that every
+        process reports the same numbers."""
+        values = []
+        for p in params:
+            t = fsdp.local(p)
+            if p.device.type == "meta":
+                values.append(None)
+                continue
+            a = float(t.detach().abs().max()) if t.numel() else 0.0
+            values.append(a if math.isfinite(a) else math.inf)
+        if self._sharding is not None and values:
+            import torch.distributed as dist
+
+            t = torch.tensor([-1.0 if v is None else v for v in values], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._sharding.group)
+            values = [None if v is None else float(x) for v, x in zip(values, t.tolist())]
+        return values
+
     # -- step ---------------------------------------------------------------------
+    def _first_nonfinite(self, grads) -> int | None:
+        """Index of the first gradient with a NaN or Inf (this process's rows), or ``None``."""
+        if not grads:
+            return None
+        local = [fsdp.local(g) for g in grads]
+        total = torch.stack([g.sum(dtype=torch.float32).to(local[0].device) for g in local]).sum()
+        if math.isfinite(float(total)):  # one sync: a NaN or Inf anywhere makes the sum non-finite
+            return None
+        flags = torch.stack([torch.isfinite(g).all().to(local[0].device) for g in local])
+        if bool(flags.all()):  # a finite gradient whose sum overflowed
+            return None
+        return int((~flags).nonzero()[0, 0])
+
     def _check_grads(self) -> None:
-        """Raise ``FloatingPointError`` naming the first parameter with a non-finite grad."""
+        """Raise ``FloatingPointError`` naming the first parameter with a non-finite grad (under
+        FSDP2: the first on any process, the same error on every process)."""
         grads, owners = [], []
         for gi, group in enumerate(self.param_groups):
             for p in group["params"]:
@@ -319,15 +382,15 @@ class RoutedOptimizer(Optimizer):
                         raise ValueError(f"{self._name(p, gi)}: sparse gradients are not supported")
                     grads.append(p.grad)
                     owners.append((p, gi))
-        if not grads:
+        bad = self._first_nonfinite(grads)
+        if self._sharding is not None and grads:
+            import torch.distributed as dist
+
+            t = torch.tensor([len(grads) if bad is None else bad], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._sharding.group)
+            bad = None if int(t) == len(grads) else int(t)
+        if bad is None:
             return
-        total = torch.stack([g.sum(dtype=torch.float32).to(grads[0].device) for g in grads]).sum()
-        if math.isfinite(float(total)):  # one sync: a NaN or Inf anywhere makes the sum non-finite
-            return
-        flags = torch.stack([torch.isfinite(g).all().to(grads[0].device) for g in grads])
-        if bool(flags.all()):  # a finite gradient whose sum overflowed
-            return
-        bad = int((~flags).nonzero()[0, 0])
         p, gi = owners[bad]
         raise FloatingPointError(
             f"{type(self).__name__}: non-finite (NaN or Inf) gradient in {self._name(p, gi)}; "
@@ -343,16 +406,15 @@ class RoutedOptimizer(Optimizer):
         both = ("(a divergence shows first as non-finite statistics or as a non-finite gradient, "
                 "whichever the backward pass produces first)")
         worst, worst_p, worst_gi, bad = 0.0, None, None, None
-        for gi, group in enumerate(self.param_groups):
-            for p in group["params"]:
-                a = float(p.detach().abs().max()) if p.numel() else 0.0
-                if not math.isfinite(a):
-                    bad = (p, gi)
-                    break
-                if a > worst:
-                    worst, worst_p, worst_gi = a, p, gi
-            if bad:
+        owned = [(p, gi) for gi, group in enumerate(self.param_groups) for p in group["params"]]
+        for (p, gi), a in zip(owned, self._param_maxima([p for p, _ in owned])):
+            if a is None:
+                continue
+            if not math.isfinite(a):
+                bad = (p, gi)
                 break
+            if a > worst:
+                worst, worst_p, worst_gi = a, p, gi
         steps = self._steps_taken
         if bad is not None:
             return (
@@ -403,6 +465,28 @@ class RoutedOptimizer(Optimizer):
         pass
 
     # -- state_dict -----------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``torch.optim.Optimizer.state_dict``; under FSDP2 each group also records the world
+        size and rank it was saved on (``"sharded_over"``), since the state is per process."""
+        sd = super().state_dict()
+        if self._sharding is not None:
+            for g in sd["param_groups"]:
+                g["sharded_over"] = (self._sharding.world, self._sharding.rank)
+        return sd
+
+    def _check_sharding_of(self, state_dict) -> None:
+        saved = {tuple(g["sharded_over"]) for g in state_dict["param_groups"] if "sharded_over" in g}
+        here = None if self._sharding is None else (self._sharding.world, self._sharding.rank)
+        cls = type(self).__name__
+        if saved and here is None:
+            raise ValueError(f"{cls}.load_state_dict: this state dict was saved by rank {next(iter(saved))[1]} of "
+                             f"{next(iter(saved))[0]} FSDP2 processes and holds that process's shards only; load it "
+                             "there, into the same sharded model")
+        if saved and saved != {here}:
+            raise ValueError(f"{cls}.load_state_dict: this state dict was saved by rank {next(iter(saved))[1]} of "
+                             f"{next(iter(saved))[0]} FSDP2 processes, and this is rank {here[1]} of {here[0]}: "
+                             "each rank must load its own file, at the same number of processes")
+
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a state dict, keeping statistics in their saved dtype (float32/float64).
 
@@ -412,6 +496,7 @@ class RoutedOptimizer(Optimizer):
         saved dtype, on the parameter's device.
         """
         self._check_foreign_state_dict(state_dict)
+        self._check_sharding_of(state_dict)
         saved = state_dict.get("state", {})
         kept = {}
         for idx, st in saved.items():
@@ -420,10 +505,11 @@ class RoutedOptimizer(Optimizer):
                 if isinstance(v, torch.Tensor):
                     kept[(idx, k)] = v
         super().load_state_dict(state_dict)
-        for g in self.param_groups:  # keys saved under a former name
+        for g in self.param_groups:  # keys saved under a former name, and the saving process
             for old, new in self.renamed_keys.items():
                 if old in g:
                     g.setdefault(new, g.pop(old))
+            g.pop("sharded_over", None)
         for g in self.param_groups:  # hyperparameters added after the state dict was saved
             for k, v in (self.defaults if g["algorithm"] != "adam" else self._adam_defaults).items():
                 if k != "params":

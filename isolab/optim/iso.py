@@ -131,7 +131,7 @@ import warnings
 import torch
 from torch import nn
 
-from .. import distributed, linalg, updates
+from .. import distributed, fsdp, linalg, updates
 from ._base import (
     RoutedOptimizer,
     adam_fallback_defaults,
@@ -245,6 +245,13 @@ class _IsoBase(RoutedOptimizer):
                     hooked[name] = modules[name]
         if not any(g["algorithm"] != "adam" for g in self.param_groups):
             raise ValueError(f"{type(self).__name__}: no parameter group uses algorithm={self.algorithm!r}")
+        if self._sharding is not None and (sync_statistics is False or process_group is not None):
+            raise ValueError(
+                f"{type(self).__name__}: under FSDP2 each matrix is whitened by one process, which needs every "
+                "process's statistics: they are summed over the parameters' device mesh, so sync_statistics must "
+                f"not be False and process_group must be None (got sync_statistics={sync_statistics!r}, "
+                f"process_group={process_group!r})"
+            )
         self.statistics: LayerStatistics | None = (
             LayerStatistics(hooked, dtype=self._stats_dtype, tie_to_grad=True) if hooked else None
         )
@@ -437,7 +444,7 @@ class _IsoBase(RoutedOptimizer):
         )
 
     # -- several processes (torch.distributed) --------------------------------------------
-    def _exchange_statistics(self, groups, comm):
+    def _exchange_statistics(self, groups, comm, owners=None):
         """Sum the captured statistics over the processes of ``comm``; ``{id(p): (XᵀX, GᵀG, b)}``.
 
         Every step: one ``all_reduce`` of a small integer table, the row counts ``b_r`` of
@@ -450,7 +457,9 @@ class _IsoBase(RoutedOptimizer):
         i.e. the gradient is ``XᵀG`` of the stacked ``G_r/W``, and those are the output
         gradients whose covariance we need. With equal per-rank batches and a mean loss this
         is exactly the full batch's ``G``. Entries of non-statistics steps hold ``None``
-        for the sums.
+        for the sums. With ``owners`` (``{id(weight): rank}``, FSDP2) the sums are reduced onto each
+        weight's owner only (:func:`isolab.distributed.reduce_symmetric_to_owners`) and are ``None``
+        on the other processes.
         """
         import torch.distributed as dist
 
@@ -533,10 +542,19 @@ class _IsoBase(RoutedOptimizer):
             )
         due = [i for i, item in enumerate(items) if item[3]]
         mats = [local[i][0] for i in due] + [local[i][1] for i in due]
-        reduced = distributed.all_reduce_symmetric(mats, comm) if mats else []
+        if owners is None:
+            reduced = distributed.all_reduce_symmetric(mats, comm) if mats else []
+        else:
+            whose = [owners[id(items[i][0])] for i in due] * 2
+            reduced = distributed.reduce_symmetric_to_owners(
+                mats, whose, [M.shape[0] for M in mats], comm, dtype=self._stats_dtype, device=device
+            ) if mats else []
         out = {id(p): (None, None, int(table[0, i])) for i, (p, _, _, _) in enumerate(items)}
         for j, i in enumerate(due):
-            out[id(items[i][0])] = (reduced[j], reduced[len(due) + j] / world**2, int(table[0, i]))
+            xx, gg = reduced[j], reduced[len(due) + j]
+            if xx is not None:
+                out[id(items[i][0])] = (xx.to(local[i][0].device), gg.to(local[i][1].device) / world**2,
+                                        int(table[0, i]))
         return out
 
     def _rebuild_on_owners(self, groups, comm):
@@ -612,7 +630,77 @@ class _IsoBase(RoutedOptimizer):
         for job, R in zip(jobs, roots):
             job[0][job[1]] = R
 
+    def _plan_whitening(self, gi, group, p, st, new, rows, s, rebuilt, root_jobs):
+        """The new statistics of whitened weight ``p`` (into ``new``) and its root jobs (appended
+        to ``root_jobs``), from the step's summed ``s = (XᵀX, GᵀG, b)`` (``None`` off statistics
+        steps) and ``rows``; ``rebuilt``: the lean state's averages rebuilt elsewhere, or ``None``.
+        Mutates nothing but ``new`` and ``root_jobs``; returns whether the step is a warm-up step."""
+        beta, t = group["beta_cov"], new["step"]
+        name, layer = self._name(p, gi), self._layer_of[id(p)]
+        if (t - 1) % group["stat_interval"] == 0:
+            if s is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}: statistics for layer {layer!r} were not collected "
+                    "(LayerStatistics.enabled was switched off by hand?)"
+                )
+            xx, gg, _ = s
+            n, m = self._dims(p)
+            if xx.shape != (n, n) or gg.shape != (m, m):
+                raise RuntimeError(f"statistics of layer {layer!r} do not match {name}")
+            if not linalg.all_finite(xx, gg):
+                raise FloatingPointError(
+                    f"{type(self).__name__}: non-finite (NaN or Inf) input/output-gradient statistics "
+                    f"for {name} (layer {layer!r}); no parameter or optimizer state was changed"
+                    + self._diagnose_parameters("statistics")
+                )
+            cx, cg = xx / rows, gg / rows
+            if "cov_x" in st:
+                cx = cx.lerp(st["cov_x"], beta)
+                cg = cg.lerp(st["cov_g"], beta)
+            elif beta > 0 and "shift_x" in st:  # lean state: rebuild the EMA from the roots
+                corr_old = 1 - beta ** st["stat_step"]
+                try:
+                    if rebuilt is not None:  # rebuilt by their owners and shared
+                        old_x, old_g = (c * corr_old for c in rebuilt)
+                    else:
+                        old_x = linalg.covariance_from_inverse_sqrt(st["root_x"], st["shift_x"]) * corr_old
+                        old_g = linalg.covariance_from_inverse_sqrt(st["root_g"], st["shift_g"]) * corr_old
+                except ValueError as e:
+                    raise FloatingPointError(
+                        f"{type(self).__name__}: cannot rebuild the statistics of {name} from its "
+                        f"stored roots: {e}; no parameter or optimizer state was changed"
+                    ) from e
+                cx = cx.lerp(old_x, beta)
+                cg = cg.lerp(old_g, beta)
+            elif beta > 0:
+                cx, cg = cx * (1 - beta), cg * (1 - beta)
+            new.update(cov_x=cx, cov_g=cg, stat_step=st.get("stat_step", 0) + 1)
+            # Σ_i w_i²/b_i of the average's weights w_i = (1−β)β^{k−i}: the effective
+            # number of rows behind it is (1 − β^k)² / rows_s2 (see effective_damping)
+            new["rows_s2"] = beta**2 * st.get("rows_s2", 0.0) + (1 - beta) ** 2 / _seen_rows(group, rows, p)
+        warm = t <= group["warmup_steps"]
+        if not warm and ("root_x" not in st or (t - 1) % group["root_interval"] == 0):
+            cx, cg = new.get("cov_x", st.get("cov_x")), new.get("cov_g", st.get("cov_g"))
+            if cx is None:
+                raise RuntimeError(f"{type(self).__name__}: no statistics yet for {name}")
+            k = new.get("stat_step", st.get("stat_step"))
+            corr = 1 - beta**k
+            prev = "basis" if group["root_method"] == "eigenbasis" else "root"
+            s2 = new.get("rows_s2", st.get("rows_s2"))
+            n_eff = None if s2 is None else corr**2 / s2
+            dx = effective_damping(group, n_eff, cx.shape[0], _seen_rows(group, rows, p))
+            dg = effective_damping(group, n_eff, cg.shape[0], _seen_rows(group, rows, p))
+            root_jobs.append((new, "root_x", cx, corr, group, st.get(f"{prev}_x"), "Cov(X)", name, dx))
+            root_jobs.append((new, "root_g", cg, corr, group, st.get(f"{prev}_g"), "Cov(G)", name, dg))
+            if self._lean(group):
+                shifts = [_lean_shift(c / corr, d) for c, d in ((cx, dx), (cg, dg))]
+                if None not in shifts:  # both roots positive definite: store only them
+                    new["shift_x"], new["shift_g"] = shifts
+        return warm
+
     def _prepare_matrix_groups(self, groups):
+        if self._sharding is not None:
+            return self._prepare_sharded(groups)
         plans, root_jobs = [], []
         comm = distributed.active_group(self.sync_statistics, self.process_group, type(self).__name__)
         synced = self._exchange_statistics(groups, comm) if comm is not None else None
@@ -650,67 +738,11 @@ class _IsoBase(RoutedOptimizer):
                         "the hooks removed, or is the weight used without calling the module (e.g. "
                         "nn.MultiheadAttention's out_proj)?"
                     )
-                beta = group["beta_cov"]
+                s = None
                 if (t - 1) % group["stat_interval"] == 0:
                     s = synced[id(p)] if synced is not None else stats.sums(layer)
-                    if s is None:
-                        raise RuntimeError(
-                            f"{type(self).__name__}: statistics for layer {layer!r} were not collected "
-                            "(LayerStatistics.enabled was switched off by hand?)"
-                        )
-                    xx, gg, _ = s
-                    n, m = self._dims(p)
-                    if xx.shape != (n, n) or gg.shape != (m, m):
-                        raise RuntimeError(f"statistics of layer {layer!r} do not match {name}")
-                    if not linalg.all_finite(xx, gg):
-                        raise FloatingPointError(
-                            f"{type(self).__name__}: non-finite (NaN or Inf) input/output-gradient statistics "
-                            f"for {name} (layer {layer!r}); no parameter or optimizer state was changed"
-                            + self._diagnose_parameters("statistics")
-                        )
-                    cx, cg = xx / rows, gg / rows
-                    if "cov_x" in st:
-                        cx = cx.lerp(st["cov_x"], beta)
-                        cg = cg.lerp(st["cov_g"], beta)
-                    elif beta > 0 and "shift_x" in st:  # lean state: rebuild the EMA from the roots
-                        corr_old = 1 - beta ** st["stat_step"]
-                        try:
-                            if rebuilt is not None:  # rebuilt by their owners and shared
-                                old_x, old_g = (c * corr_old for c in rebuilt[id(p)])
-                            else:
-                                old_x = linalg.covariance_from_inverse_sqrt(st["root_x"], st["shift_x"]) * corr_old
-                                old_g = linalg.covariance_from_inverse_sqrt(st["root_g"], st["shift_g"]) * corr_old
-                        except ValueError as e:
-                            raise FloatingPointError(
-                                f"{type(self).__name__}: cannot rebuild the statistics of {name} from its "
-                                f"stored roots: {e}; no parameter or optimizer state was changed"
-                            ) from e
-                        cx = cx.lerp(old_x, beta)
-                        cg = cg.lerp(old_g, beta)
-                    elif beta > 0:
-                        cx, cg = cx * (1 - beta), cg * (1 - beta)
-                    new.update(cov_x=cx, cov_g=cg, stat_step=st.get("stat_step", 0) + 1)
-                    # Σ_i w_i²/b_i of the average's weights w_i = (1−β)β^{k−i}: the effective
-                    # number of rows behind it is (1 − β^k)² / rows_s2 (see effective_damping)
-                    new["rows_s2"] = beta**2 * st.get("rows_s2", 0.0) + (1 - beta) ** 2 / _seen_rows(group, rows, p)
-                warm = t <= group["warmup_steps"]
-                if not warm and ("root_x" not in st or (t - 1) % group["root_interval"] == 0):
-                    cx, cg = new.get("cov_x", st.get("cov_x")), new.get("cov_g", st.get("cov_g"))
-                    if cx is None:
-                        raise RuntimeError(f"{type(self).__name__}: no statistics yet for {name}")
-                    k = new.get("stat_step", st.get("stat_step"))
-                    corr = 1 - beta**k
-                    prev = "basis" if group["root_method"] == "eigenbasis" else "root"
-                    s2 = new.get("rows_s2", st.get("rows_s2"))
-                    n_eff = None if s2 is None else corr**2 / s2
-                    dx = effective_damping(group, n_eff, cx.shape[0], _seen_rows(group, rows, p))
-                    dg = effective_damping(group, n_eff, cg.shape[0], _seen_rows(group, rows, p))
-                    root_jobs.append((new, "root_x", cx, corr, group, st.get(f"{prev}_x"), "Cov(X)", name, dx))
-                    root_jobs.append((new, "root_g", cg, corr, group, st.get(f"{prev}_g"), "Cov(G)", name, dg))
-                    if self._lean(group):
-                        shifts = [_lean_shift(c / corr, d) for c, d in ((cx, dx), (cg, dg))]
-                        if None not in shifts:  # both roots positive definite: store only them
-                            new["shift_x"], new["shift_g"] = shifts
+                pair = rebuilt[id(p)] if rebuilt is not None and id(p) in rebuilt else None
+                warm = self._plan_whitening(gi, group, p, st, new, rows, s, pair, root_jobs)
                 plans.append((group, p, new, rows, warm))
         self._compute_roots(root_jobs, comm)
 
@@ -724,20 +756,167 @@ class _IsoBase(RoutedOptimizer):
                     continue
                 if not warm:
                     self._apply_whitened(group, p, st, rows)
-                keep_cov, keep_root = self._persist(group)
-                if "root_x" in new and self._lean(group):
-                    if "shift_x" in new:
-                        keep_cov = False
-                    else:  # a root with a dropped (pseudo-inverse) direction cannot give C back
-                        st.pop("shift_x", None), st.pop("shift_g", None)
-                if not keep_cov:
-                    st.pop("cov_x", None), st.pop("cov_g", None)
-                if not keep_root:
-                    st.pop("root_x", None), st.pop("root_g", None)
+                self._prune(group, st, new)
 
         return apply
 
+    def _prune(self, group, st, new):
+        """Drop what the state need not keep after a step (see "What ``self.state[p]`` holds")."""
+        keep_cov, keep_root = self._persist(group)
+        if "root_x" in new and self._lean(group):
+            if "shift_x" in new:
+                keep_cov = False
+            else:  # a root with a dropped (pseudo-inverse) direction cannot give C back
+                st.pop("shift_x", None), st.pop("shift_g", None)
+        if not keep_cov:
+            st.pop("cov_x", None), st.pop("cov_g", None)
+        if not keep_root:
+            st.pop("root_x", None), st.pop("root_g", None)
+
     def _apply_whitened(self, group, p, st, rows):  # pragma: no cover
+        raise NotImplementedError
+
+    # -- FSDP2 ------------------------------------------------------------------------------
+    def _matrix_cost(self, p):
+        """The two roots (``~(n³ + m³)``, amortized but balanced at their full cost) and the
+        two-sided product (``nm(n + m)``) of weight ``p``."""
+        n, m = self._dims(p)
+        return float(n**3 + m**3 + n * m * (n + m))
+
+    #: what an owner's failure code means (the same message on every process)
+    _OWNER_FAILURES = {
+        2: "cannot compute Cov(X)^(-1/2)", 3: "cannot compute Cov(G)^(-1/2)",
+        4: "cannot rebuild the statistics from the stored roots", 5: "non-finite (NaN or Inf) summed statistics",
+        6: "the statistics do not match the weight",
+    }
+
+    def _plan_on_owner(self, item, s):
+        """Statistics and roots of one whitened weight on its owner; raises with a ``code``."""
+        gi, group, p, new, rows, warm = item
+        jobs = []
+        self._owner_only = True  # no collective may run here: the other processes are elsewhere
+        try:
+            try:
+                self._plan_whitening(gi, group, p, self.state[p], new, rows, s, None, jobs)
+            except FloatingPointError as e:
+                e.code = 4 if "rebuild" in str(e) else 5
+                raise
+            except RuntimeError as e:
+                e.code = 6
+                raise
+            for new_, key, C, corr, group_, previous, what, name, damping in jobs:
+                try:
+                    R = self._root(C / corr, group_, previous, what, name, damping)
+                except FloatingPointError as e:
+                    e.code = 2 if key == "root_x" else 3
+                    raise
+                if isinstance(R, tuple):  # a renewed eigenbasis
+                    R, new_[key.replace("root_", "basis_")] = R
+                new_[key] = R
+        finally:
+            self._owner_only = False
+
+    def _diagnose_parameters(self, symptom):
+        # inside an owner's computation no collective may run (the other processes are not
+        # there): the diagnosis is added when every process raises the agreed error
+        return "" if getattr(self, "_owner_only", False) else super()._diagnose_parameters(symptom)
+
+    def _owner_failure(self, failures, items):
+        i, owner, code, err = failures[0]
+        gi, _, p = items[i][:3]
+        what = self._OWNER_FAILURES.get(code, "failed")
+        diag = self._diagnose_parameters("statistics") if code == 5 else ""
+        return FloatingPointError(
+            f"{type(self).__name__}: {what} for {self._name(p, gi)} (computed by rank {owner}); no parameter or "
+            "optimizer state was changed on any rank" + diag
+        ), err
+
+    def _prepare_sharded(self, groups):
+        """FSDP2 (:mod:`isolab.fsdp`): row counts and statistics summed over the mesh onto each
+        weight's owner, which updates its averages and roots (agreed before anything changes);
+        then the elementwise part before the whitening on each process's rows, the whitening of
+        the full matrix on its owner, and the elementwise part after it on the rows again."""
+        sh = self._sharding
+        synced = self._exchange_statistics(groups, sh.group, owners=self._owners)
+        items, plain = [], []
+        for gi, group in groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                new = {"step": self.state[p].get("step", 0) + 1}
+                if not group.get("whiten", True):
+                    plain.append((group, p, new))
+                    continue
+                rows = synced[id(p)][2]
+                if rows == 0:
+                    raise RuntimeError(
+                        f"{type(self).__name__}: {self._name(p, gi)} has a gradient but no input/output-gradient rows "
+                        f"were captured for layer {self._layer_of[id(p)]!r} on any rank. Was the forward run in eval "
+                        "mode or under no_grad, or were the hooks removed?"
+                    )
+                items.append((gi, group, p, new, rows, new["step"] <= group["warmup_steps"]))
+        codes, caught = [0] * len(items), {}
+        for k, item in enumerate(items):
+            p = item[2]
+            if self._owners[id(p)] == sh.rank:
+                s = synced[id(p)]
+                try:
+                    self._plan_on_owner(item, s if s[0] is not None else None)
+                except (FloatingPointError, RuntimeError) as e:
+                    codes[k], caught[k] = getattr(e, "code", 1), e
+        codes = fsdp.agree_on_failures(codes, sh)
+        failures = [(k, self._owners[id(items[k][2])], c, caught.get(k)) for k, c in enumerate(codes) if c]
+        if failures:
+            error, cause = self._owner_failure(failures, items)
+            raise error from cause
+        active = [item for item in items if not item[5]]
+        inputs = [self._sharded_input(item[1], item[2], self.state[item[2]], item[4]) for item in active]
+        results = []
+        for dtype in sorted({item[2].dtype for item in active}, key=str):
+            batch = [(item, inp) for item, inp in zip(active, inputs) if item[2].dtype == dtype]
+
+            def compute(i, full, batch=batch):
+                (gi, group, p, new, rows, _), _ = batch[i]
+                return self._owner_direction(group, p, full, {**self.state[p], **new}, rows)
+
+            self._owner_only = True
+            try:
+                rows_out, failed = fsdp.owner_step(
+                    sh, [tuple(item[2].shape) for item, _ in batch], [self._owners[id(item[2])] for item, _ in batch],
+                    [inp[0] for _, inp in batch], compute, out_dtype=dtype,
+                )
+            finally:
+                self._owner_only = False
+            if failed:
+                error, cause = self._owner_failure(failed, [item for item, _ in batch])
+                raise error from cause
+            results += [(item, inp[1], d) for (item, inp), d in zip(batch, rows_out)]
+
+        def apply():
+            for group, p, new in plain:  # IsoAdam with whiten=False: exactly Adam, on the rows
+                st = self.state[p]
+                st.update(new)
+                adam_step(p, p.grad, st, as_float(group["lr"]), group["betas"], group["eps"], group["weight_decay"],
+                          "adam_step")
+            for gi, group, p, new, rows, warm in items:
+                st = self.state[p]
+                st.update(new)
+                self._prune(group, st, new)
+            for (gi, group, p, new, rows, warm), carry, d in results:
+                self._apply_sharded(group, p, self.state[p], d, carry)
+
+        return apply
+
+    def _sharded_input(self, group, p, st, rows):  # pragma: no cover
+        """``(rows of the matrix to whiten, what the apply phase needs)`` on this process."""
+        raise NotImplementedError
+
+    def _owner_direction(self, group, p, full, st, rows):  # pragma: no cover
+        """The whitened full matrix (``st``: the owner's state with this step's roots)."""
+        raise NotImplementedError
+
+    def _apply_sharded(self, group, p, st, d, carry):  # pragma: no cover
+        """Update this process's rows of ``p`` with its rows ``d`` of the whitened matrix."""
         raise NotImplementedError
 
 
@@ -1005,6 +1184,35 @@ class Iso(_IsoBase):
             p.mul_(1 - lr * wd)
         p.add_(d.to(p.dtype), alpha=-lr)
 
+    # FSDP2: the same arithmetic, split at the whitening (see _IsoBase._prepare_sharded)
+    def _sharded_input(self, group, p, st, rows):
+        g = fsdp.local(p.grad) / rows
+        if group.get("momentum_placement", "gradient") == "update" or group["momentum"] == 0:
+            return g, None
+        mu = group["momentum"]
+        buf = fsdp.local(st["momentum_buffer"]) if "momentum_buffer" in st else torch.zeros_like(g)
+        buf = buf.lerp(g, 1 - mu)  # a new tensor: the state changes when the step applies
+        return (g.lerp(buf, mu) if group["nesterov"] else buf), buf
+
+    def _owner_direction(self, group, p, full, st, rows):
+        return self._whiten(p, full, st).to(p.dtype)
+
+    def _apply_sharded(self, group, p, st, d, carry):
+        lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
+        if mu > 0:
+            if "momentum_buffer" not in st:
+                st["momentum_buffer"] = torch.zeros_like(p)
+            buf = fsdp.local(st["momentum_buffer"])
+            if carry is not None:  # momentum before the whitening: computed in the first phase
+                buf.copy_(carry)
+            else:  # momentum on the whitened steps
+                buf.lerp_(d, 1 - mu)
+                d = d.lerp(buf, mu) if group["nesterov"] else buf
+        w = fsdp.local(p)
+        if wd:
+            w.mul_(1 - lr * wd)
+        w.add_(d.reshape(w.shape).to(w.dtype), alpha=-lr)
+
 
 class IsoAdam(_IsoBase):
     r"""IsoAdam: Adam on the two-sidedly whitened gradient, so Adam's hyperparameters transfer.
@@ -1105,3 +1313,13 @@ class IsoAdam(_IsoBase):
     def _apply_whitened(self, group, p, st, rows):
         w = self._whiten(p, p.grad.to(st["root_x"].dtype) / rows, st).to(p.dtype)
         adam_step(p, w, st, as_float(group["lr"]), group["betas"], group["eps"], group["weight_decay"], "adam_step")
+
+    def _sharded_input(self, group, p, st, rows):
+        return fsdp.local(p.grad), None
+
+    def _owner_direction(self, group, p, full, st, rows):
+        return self._whiten(p, full.to(st["root_x"].dtype) / rows, st).to(p.dtype)
+
+    def _apply_sharded(self, group, p, st, d, carry):
+        adam_step(p, d.reshape(fsdp.local(p).shape), st, as_float(group["lr"]), group["betas"], group["eps"],
+                  group["weight_decay"], "adam_step")

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from .. import linalg, rules
+from .. import fsdp, linalg, rules
 from ._base import (
     adam_fallback_defaults,
     RoutedOptimizer,
@@ -179,6 +179,8 @@ class Muon(RoutedOptimizer):
         check_choice(group["adjust_lr_fn"], "adjust_lr_fn", ADJUST_LR)
 
     def _prepare_matrix_groups(self, groups):
+        if self._sharding is not None:
+            return self._prepare_sharded(groups)
         # Gradients are already checked finite; momentum and Newton–Schulz of finite
         # inputs cannot fail, so the update is applied parameter by parameter without a
         # second copy of the state.
@@ -205,5 +207,59 @@ class Muon(RoutedOptimizer):
                     rules.decoupled_weight_decay_(p, lr, wd)
                     # torch.optim.Muon's order: p ← p(1 − lr·wd), then p ← p − (lr·r)·msign(u)
                     p.add_(o.reshape(p.shape).to(p.dtype), alpha=-(lr * ratio))
+
+        return apply
+
+    def _prepare_sharded(self, groups):
+        """FSDP2 (:mod:`isolab.fsdp`): momentum on this process's rows, ``msign`` of each full
+        matrix on its owner, the result's rows sent back. Every value is the one-process step's
+        on the same gradient (the momentum is elementwise, ``msign`` sees the whole matrix)."""
+        items = []
+        for _, group in groups:
+            mu = group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = fsdp.local(p.grad)
+                st = self.state[p]
+                buf = fsdp.local(st["momentum_buffer"]) if "momentum_buffer" in st else torch.zeros_like(g)
+                buf = buf.lerp(g, 1 - mu)  # a new tensor: the state changes only when the step applies
+                u = g.lerp(buf, mu) if group["nesterov"] else buf
+                items.append((group, p, buf, u))
+        results = []
+        for dtype in sorted({u.dtype for *_, u in items}, key=str):
+            batch = [item for item in items if item[3].dtype == dtype]
+
+            def compute(i, full, batch=batch):
+                group, p = batch[i][0], batch[i][1]
+                m = full.reshape(full.shape[0], -1)
+                if group["exact"]:
+                    return linalg.msign(m).reshape(full.shape)
+                cd = resolve_compute_dtype(group["compute_dtype"], full.device)
+                return linalg.msign_newton_schulz(m, steps=group["ns_steps"], compute_dtype=cd).reshape(full.shape)
+
+            rows, failures = fsdp.owner_step(
+                self._sharding, [tuple(item[1].shape) for item in batch], [self._owners[id(item[1])] for item in batch],
+                [item[3] for item in batch], compute, out_dtype=dtype,
+            )
+            if failures:  # msign of a finite matrix does not fail; report rather than guess
+                i, owner, _, err = failures[0]
+                raise FloatingPointError(f"Muon: Newton–Schulz failed for {self._name(batch[i][1])} on rank {owner}; "
+                                         "no parameter or optimizer state was changed on any rank") from err
+            results += list(zip(batch, rows))
+
+        def apply():
+            for (group, p, buf, _), o in results:
+                st = self.state[p]
+                if "momentum_buffer" not in st:
+                    st["step"] = 0
+                    st["momentum_buffer"] = torch.zeros_like(p)
+                st["step"] += 1
+                fsdp.local(st["momentum_buffer"]).copy_(buf)
+                lr, wd = as_float(group["lr"]), group["weight_decay"]
+                ratio = adjusted_lr_ratio(group["adjust_lr_fn"], *self._out_in(p))
+                w = fsdp.local(p)
+                rules.decoupled_weight_decay_(w, lr, wd)
+                w.add_(o.reshape(w.shape).to(w.dtype), alpha=-(lr * ratio))
 
         return apply

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import distributed, linalg, rules, updates
+from .. import distributed, fsdp, linalg, rules, updates
 from ._base import (
     adam_fallback_defaults,
     RoutedOptimizer,
@@ -78,6 +78,10 @@ class Shampoo(RoutedOptimizer):
             ``process_group``; ``True`` also with one; ``False``: never), each process computes
             the inverse roots it owns (:func:`isolab.distributed.assign_owners`, balanced by
             ``d³``) on refresh steps and all are shared by one ``all_gather`` (upper triangles).
+
+    Under FSDP2 (``fully_shard``, :mod:`isolab.fsdp`) each matrix has an owner process that keeps
+    its ``L``, ``R``, roots and grafting moment and computes its preconditioned direction from
+    the gathered gradient; the momentum and the step run on each process's rows.
     """
 
     algorithm = "shampoo"
@@ -178,7 +182,14 @@ class Shampoo(RoutedOptimizer):
         norm = torch.linalg.matrix_norm(d).clamp_min(torch.finfo(d.dtype).tiny)
         return d * (torch.linalg.matrix_norm(adam) / norm)
 
+    def _matrix_cost(self, p):
+        """Two roots (``~(n³ + m³)``) and the two-sided product (``nm(n + m)``) per step."""
+        m, n = self._out_in(p)
+        return float(n**3 + m**3 + n * m * (n + m))
+
     def _prepare_matrix_groups(self, groups):
+        if self._sharding is not None:
+            return self._prepare_sharded(groups)
         plans, jobs = [], []
         comm = distributed.active_group(self.sync_statistics, self.process_group, "Shampoo")
         for gi, group in groups:
@@ -217,5 +228,74 @@ class Shampoo(RoutedOptimizer):
                 lr = as_float(group["lr"])
                 rules.decoupled_weight_decay_(p, lr, group["weight_decay"])
                 rules.descend_(p, d.reshape(p.shape), lr)
+
+        return apply
+
+    def _prepare_sharded(self, groups):
+        """FSDP2 (:mod:`isolab.fsdp`): the full gradient on its owner, which updates ``L`` and ``R``,
+        refreshes the roots when due and returns ``L̃^{-1/4} g R̃^{-1/4}`` (grafted if asked); the
+        momentum and the step on each process's rows. Nothing changes before every owner succeeded."""
+        items = []
+        for gi, group in groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    items.append((gi, group, p, {"step": self.state[p].get("step", 0) + 1}))
+        results = []
+        for dtype in sorted({group["stats_dtype"] for _, group, _, _ in items}, key=str):
+            batch = [item for item in items if item[1]["stats_dtype"] == dtype]
+
+            def compute(i, full, batch=batch):
+                gi, group, p, new = batch[i]
+                st, t, beta = self.state[p], new["step"], group["beta"]
+                g = full.reshape(full.shape[0], -1).to(dtype)
+                new["L"] = rules.accumulate(g @ g.T, st.get("L"), beta)
+                new["R"] = rules.accumulate(g.T @ g, st.get("R"), beta)
+                if "L_root" not in st or rules.refresh_due(t, group["root_interval"]):
+                    for key, M, code in (("L_root", new["L"], 2), ("R_root", new["R"], 3)):
+                        try:
+                            new[key] = self._inverse_fourth_root(M, group["damping"], key, self._name(p, gi))
+                        except FloatingPointError as e:
+                            e.code = code
+                            raise
+                roots = {k: new.get(k, st.get(k)) for k in ("L_root", "R_root")}
+                d = updates.two_sided(g, roots["L_root"], roots["R_root"])
+                if group["graft"] == "adam":
+                    v = st.get("graft_exp_avg_sq")
+                    v = (torch.zeros_like(g) if v is None else v).lerp(g.square(), 1 - group["graft_beta2"])
+                    new["graft_exp_avg_sq"] = v
+                    adam = g / ((v / rules.bias_correction(group["graft_beta2"], t)).sqrt() + group["graft_eps"])
+                    norm = torch.linalg.matrix_norm(d).clamp_min(torch.finfo(d.dtype).tiny)
+                    d = d * (torch.linalg.matrix_norm(adam) / norm)
+                return d.reshape(full.shape)
+
+            rows, failures = fsdp.owner_step(
+                self._sharding, [tuple(item[2].shape) for item in batch], [self._owners[id(item[2])] for item in batch],
+                [fsdp.local(item[2].grad) for item in batch], compute, out_dtype=dtype,
+            )
+            if failures:
+                i, owner, code, err = failures[0]
+                key = {2: "L_root", 3: "R_root"}.get(code, "the direction")
+                raise FloatingPointError(
+                    f"Shampoo: cannot compute {key} for {self._name(batch[i][2], batch[i][0])} (computed by rank "
+                    f"{owner}); no parameter or optimizer state was changed on any rank"
+                ) from err
+            results += list(zip(batch, rows))
+
+        def apply():
+            for (gi, group, p, new), d in results:
+                st = self.state[p]
+                st.update(new)
+                mu = group["momentum"]
+                if mu > 0 or "momentum_buffer" in st:
+                    if "momentum_buffer" not in st:
+                        st["momentum_buffer"] = torch.zeros_like(p, dtype=d.dtype)
+                        st["momentum_weight"] = 0.0
+                    buf = fsdp.local(st["momentum_buffer"])
+                    buf.lerp_(d.reshape(buf.shape), 1 - mu)
+                    st["momentum_weight"] = mu * st["momentum_weight"] + (1 - mu)
+                    d = buf / st["momentum_weight"]
+                lr, w = as_float(group["lr"]), fsdp.local(p)
+                rules.decoupled_weight_decay_(w, lr, group["weight_decay"])
+                rules.descend_(w, d.reshape(w.shape), lr)
 
         return apply

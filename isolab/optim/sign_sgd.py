@@ -65,6 +65,8 @@ class SignSGD(Optimizer):
     _name = RoutedOptimizer._name
     _diagnose_parameters = lambda self, symptom="gradient": ""  # noqa: E731
     _check_grads = RoutedOptimizer._check_grads
+    _first_nonfinite = RoutedOptimizer._first_nonfinite
+    _sharding = None  # elementwise: DTensor parameters are stepped by DTensor ops, nothing to agree on
 
     @torch.no_grad()
     def step(self, closure=None):
