@@ -251,6 +251,11 @@ def test_extra_flops_counts_each_term():
     assert extra_flops("Adam", n, m, b) == 10 * n * m
     every10 = extra_flops("Iso", n, m, b, stat_interval=10)
     assert every10 == 2 * b * (n * n + m * m) / 10 + 2 * n * m * (n + m) + roots
+    subsampled = extra_flops("Iso", n, m, b, stat_rows=200)
+    assert subsampled == 2 * 200 * (n * n + m * m) + 2 * n * m * (n + m) + roots
+    assert extra_flops("Iso", n, m, b, stat_rows=5000) == extra_flops("Iso", n, m, b), "at most the rows there are"
+    with pytest.raises(ValueError, match="stat_rows must be a positive integer, got 0"):
+        extra_flops("Iso", n, m, b, stat_rows=0)
 
 
 def test_extra_flops_batch_dependence_separates_the_family():

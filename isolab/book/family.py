@@ -79,14 +79,29 @@ RANKINGS = (("Muon", "Iso"), ("IsoAdam", "Adam"), ("Shampoo, grafted", "Shampoo"
             ("Muon", "SOAP"))
 #: Pairs the chapter says the experiment cannot separate (the interval contains zero).
 TIES = (("IsoAdam", "SOAP"), ("IsoAdam", "Iso"))
+#: Pairs whose verdict depends on the run: separated under some perturbations, not others.
+UNRESOLVED = (("Muon", "IsoAdam"),)
 
 
 def verdicts(outcome: dict, level: float = 0.9) -> dict:
-    """``{(a, b): paired interval of log(score_a / score_b)}`` for :data:`RANKINGS` and :data:`TIES`."""
+    """``{(a, b): paired interval of log(score_a / score_b)}`` for :data:`RANKINGS`,
+    :data:`TIES` and :data:`UNRESOLVED`."""
     logs = {k: np.log(np.asarray(v["scores"], dtype=np.float64)) for k, v in outcome.items()}
-    return {(a, b): paired_difference(logs[a], logs[b], level) for a, b in RANKINGS + TIES}
+    return {(a, b): paired_difference(logs[a], logs[b], level) for a, b in RANKINGS + TIES + UNRESOLVED}
 
 
 def summaries(outcome: dict, level: float = 0.9) -> dict:
     """``{label: Interval}``: each member's held-out median with its order-statistic interval."""
     return {k: median_interval(v["scores"], level) for k, v in outcome.items()}
+
+
+def load(path) -> tuple[dict, dict]:
+    """``(runs, curves)`` of a file written by ``scripts/ch12_family.py``: ``runs`` maps
+    ``"plain"``, ``"jitter1"``, ... to ``{label: {"tuned": ..., "scores": [...]}}``; ``curves``
+    maps each label to the plain run's held-out batch losses ``(seeds, steps + 1)``."""
+    import json
+
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        curves = {k.split("/", 1)[1]: z[k].copy() for k in z.files if k.startswith("curve/")}
+    return meta["runs"], curves

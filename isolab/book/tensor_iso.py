@@ -292,11 +292,12 @@ def forward_backward_flops(n: int, m: int, b: int) -> float:
 
 
 def extra_flops(method: str, n: int, m: int, b: int, *, root_interval: int = 10, stat_interval: int = 1,
-                eig_constant: float = EIGH_FLOPS, ns_steps: int = 5) -> float:
+                stat_rows: int | None = None, eig_constant: float = EIGH_FLOPS, ns_steps: int = 5) -> float:
     r"""Flops per step of ``method``'s work beyond SGD on an ``n x m`` layer with ``b`` rows.
 
-    - statistics from the layer's rows (K-FAC, Iso): ``X^T X`` and ``G^T G``, ``2b(n^2 + m^2)``
-      every ``stat_interval`` steps;
+    - statistics from the layer's rows (K-FAC, Iso): ``X^T X`` and ``G^T G``, ``2N(n^2 + m^2)``
+      every ``stat_interval`` steps, from ``N = min(b, stat_rows)`` rows (``stat_rows=None``:
+      all ``b``; ``isolab.optim``'s Iso and IsoAdam default to ``max(1024, 2 max(n, m))``);
     - statistics from the gradient (Shampoo, SOAP): ``g g^T`` and ``g^T g``, ``2nm(n + m)``;
     - applying ``P_L g P_R``: ``2nm(n + m)`` (SOAP rotates in and out: three times that);
     - every ``root_interval`` steps, an eigendecomposition per side, ``eig_constant (n^3 + m^3)``
@@ -309,11 +310,13 @@ def extra_flops(method: str, n: int, m: int, b: int, *, root_interval: int = 10,
     """
     if method not in COST_METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {COST_METHODS}")
-    for name, value in (("n", n), ("m", m), ("b", b), ("root_interval", root_interval), ("stat_interval", stat_interval)):
+    for name, value in (("n", n), ("m", m), ("b", b), ("root_interval", root_interval), ("stat_interval", stat_interval),
+                        ("stat_rows", 1 if stat_rows is None else stat_rows)):
         if not isinstance(value, (int,)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    used = b if stat_rows is None else min(b, stat_rows)
     n, m, b = float(n), float(m), float(b)
-    rows = 2 * b * (n * n + m * m) / stat_interval
+    rows = 2 * float(used) * (n * n + m * m) / stat_interval
     grads = 2 * n * m * (n + m)
     apply = 2 * n * m * (n + m)
     eigenbases = eig_constant * (n ** 3 + m ** 3) / root_interval

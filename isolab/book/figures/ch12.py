@@ -3,7 +3,7 @@ r"""Figures of Chapter 12 (two-sided preconditioners).
 - :func:`hero`: the chapter's opening figure: over the exponent ``p``, how far a random
   change of coordinates can move the step size and the predicted loss decrease.
 - :func:`cost`: each optimizer's extra flops per step against the layer's forward and
-  backward pass, for named layers, beside measured step times.
+  backward pass, for named layers.
 - :func:`family_ratios`: what random changes of coordinates ``X -> XA``, ``G -> GB`` do
   to the step size and to the predicted loss decrease of every member of the exponent
   family ``U_p = Cov(X)^-p grad Cov(G)^-p`` (the computation the figure and its caption's
@@ -11,8 +11,8 @@ r"""Figures of Chapter 12 (two-sided preconditioners).
 - :func:`exponent_family`: the explorable over the exponent ``p`` and the condition
   number ``κ`` of the transforms.
 - :func:`family_training`: the family trained on one problem under the tuning protocol
-  (median loss curves over held-out seeds, and each optimizer's final loss with its
-  bootstrap interval).
+  (median loss curves over held-out seeds, and each optimizer's score with its
+  order-statistic interval).
 
 The exponents that are an optimizer (0: SGD, 1/4: Shampoo in the noise regime, 1/2: Iso,
 1: K-FAC) are drawn in that optimizer's book-wide colour.
@@ -96,32 +96,31 @@ def hero(X=None, G=None, transform=random_transform, kappa=100, draws=40) -> Fig
     return fig
 
 
-def cost(percent: dict, measured: dict | None = None, title: str | None = None) -> Figure:
-    """Horizontal bars, one group per optimizer: its extra flops per step in percent of the
-    layer's forward and backward pass (``percent``: layer label -> {method: percent}), on a
-    log axis; ``measured`` (method -> percent over Adam's step time) drawn as diamonds on
-    the method's group."""
+def cost(percent: dict, title: str | None = None) -> Figure:
+    """One row per optimizer: its extra flops per step in percent of the layer's forward and
+    backward pass (``percent``: layer label -> {method: percent}), a marker per layer on a
+    log axis (markers, not bars: a bar's length on a log axis has no meaning), joined by a
+    thin line so that each row reads from its smallest layer cost to its largest."""
     layers = list(percent)
     if not layers:
         raise ValueError("cost needs at least one layer in percent, got none")
     methods = [m for m in percent[layers[0]]]
     colours = style.sequence(len(layers))
+    markers = ("o", "s", "D", "^", "v")
     fig = Figure(figsize=(style.FIG_WIDTH, 4.8))
-    fig.subplots_adjust(left=0.2, right=0.98, bottom=0.12, top=0.76 if title else 0.8)
+    fig.subplots_adjust(left=0.27, right=0.98, bottom=0.12, top=0.76 if title else 0.8)
     ax = fig.subplots()
-    height = 0.8 / len(layers)
+    rows = np.arange(len(methods))
+    for i, m in enumerate(methods):
+        values = [percent[layer][m] for layer in layers]
+        ax.plot([min(values), max(values)], [i, i], color=style.ROLES["bound"], lw=1, zorder=1)
     for j, layer in enumerate(layers):
-        rows = np.arange(len(methods)) + (j - (len(layers) - 1) / 2) * height
-        ax.barh(rows, [percent[layer][m] for m in methods], height=height, color=colours[j], label=layer)
-    if measured:
-        shown = [m for m in measured if m in methods]
-        ax.plot([measured[m] for m in shown], [methods.index(m) for m in shown], "D", ms=11, ls="none", zorder=3,
-                color=style.ROLES["highlight"], markeredgecolor=style.ROLES["background"], markeredgewidth=1.5,
-                label="NanoGPT speedrun: measured step time over Adam's")
+        ax.plot([percent[layer][m] for m in methods], rows, ls="none", marker=markers[j % len(markers)], ms=8,
+                color=colours[j], label=layer, zorder=2)
     ax.set_xscale("log")
     ax.axvline(100, color=style.ROLES["bound"], lw=1, ls=":")
-    ax.set(yticks=np.arange(len(methods)), yticklabels=methods, ylim=(len(methods) - 0.5, -0.5),
-           xlabel="extra work per step, % of the layer's forward + backward (log)")
+    ax.set(yticks=rows, yticklabels=methods, ylim=(len(methods) - 0.5, -0.5),
+           xlabel="extra flops per step, % of the layer's forward + backward (log)")
     if title:
         ax.set_title(title)
     fig.legend(*ax.get_legend_handles_labels(), loc="upper center", ncol=2, frameon=False, fontsize=10)
@@ -205,15 +204,16 @@ def _look_of(label: str) -> dict:
     return style.line(label, markers=False)
 
 
-def family_training(curves: dict, intervals: dict) -> Figure:
-    """Left: the median training loss over held-out seeds (band: their middle half) against steps,
-    one curve per optimizer (``curves``: label -> ``(seeds, steps+1)`` array). Right: the
-    final loss of every held-out seed (dots) with the median and its bootstrap interval
-    (``intervals``: label -> ``(median, low, high)``), best at the top."""
+def family_training(curves: dict, scores: dict, intervals: dict) -> Figure:
+    """Left: the median batch loss over the held-out seeds (band: their middle half) against
+    steps, one curve per optimizer (``curves``: label -> ``(seeds, steps+1)``). Right: each
+    held-out seed's score (dots; ``scores``: label -> per-seed values, the expected loss over
+    the last tenth of the run) with the median and its order-statistic interval
+    (``intervals``: label -> :class:`~isolab.book.engine.intervals.Interval`), best at the top."""
     fig = Figure(figsize=(style.FIG_WIDTH, 4.2))
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.9, wspace=0.45)
     ax_curves, ax_final = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[1.25, 1]))
-    order = sorted(curves, key=lambda k: intervals[k][0])
+    order = sorted(curves, key=lambda k: intervals[k].median)
     for label in order:
         loss = np.asarray(curves[label], dtype=float)
         steps = np.arange(loss.shape[1])
@@ -223,19 +223,20 @@ def family_training(curves: dict, intervals: dict) -> Figure:
         low, high = np.quantile(finite, [0.25, 0.75], axis=0)
         ax_curves.fill_between(steps, low, np.minimum(high, 1e3), color=kw["color"], alpha=0.12, lw=0)
     ax_curves.set_yscale("log")
-    ax_curves.set(xlabel="step", ylabel="training loss", ylim=(3e-4, 1e2), title="median and middle half of the seeds")
+    ax_curves.set(xlabel="step", ylabel="batch loss (log)", ylim=(1e-4, 1e2), title="median and middle half of the seeds")
     ax_curves.legend(fontsize=10, ncol=2, loc="upper right", frameon=False, handlelength=1.8)
     for row, label in enumerate(order):
         kw = _look_of(label)
-        final = np.asarray(curves[label], dtype=float)[:, -1]
-        shown = np.where(np.isfinite(final), np.clip(final, 3e-4, 1e2), 1e2)  # diverged seeds at the right edge
+        final = np.asarray(scores[label], dtype=float)
+        shown = np.where(np.isfinite(final), np.clip(final, 1e-4, 1e2), 1e2)  # diverged seeds at the right edge
         ax_final.scatter(shown, np.full(final.size, row), s=14, color=kw["color"], alpha=0.5, lw=0)
-        median, low, high = intervals[label]
-        ax_final.plot([max(low, 3e-4), min(high, 1e2)], [row, row], color=kw["color"], lw=2.5)
-        ax_final.plot([min(median, 1e2)], [row], marker="o", ms=7, color=kw["color"])
+        iv = intervals[label]
+        ax_final.plot([max(iv.low, 1e-4), min(iv.high, 1e2)], [row, row], color=kw["color"], lw=2.5)
+        ax_final.plot([min(iv.median, 1e2)], [row], marker="o", ms=7, color=kw["color"])
     ax_final.set_xscale("log")
-    ax_final.set(xlim=(3e-4, 1.3e2), ylim=(len(order) - 0.5, -0.5), yticks=range(len(order)), yticklabels=order,
-                 xlabel="final loss (log)", title="median, 90% interval, seeds")
+    coverage = 100 * next(iter(intervals.values())).coverage
+    ax_final.set(xlim=(1e-4, 1.3e2), ylim=(len(order) - 0.5, -0.5), yticks=range(len(order)), yticklabels=order,
+                 xlabel="expected loss, last 30 steps (log)", title=f"median, {coverage:.3g} % interval, seeds")
     return fig
 
 
