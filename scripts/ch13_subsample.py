@@ -7,7 +7,7 @@ IsoAdam do the same with ``stat_rows=N``: on a statistics step each layer forms
 scaled by ``b/N``, so the statistics cost ``N/b`` of the full ones.
 
 *Loss.* The network, task and protocol of ``scripts/ch13_staleness.py`` (section 13.4:
-300 steps of 256 rows, held-out loss, the held-out seeds 2..7), IsoAdam with statistics at
+300 steps of 256 rows with its schedule, held-out loss, its 20 held-out seeds), IsoAdam with statistics at
 every step and roots every 10 (``stat_interval=1, root_interval=10``) at the learning rate
 that the staleness sweep chose for that schedule (read from ``results/ch13_staleness.npz``),
 for ``N`` in :data:`ROWS` (256 = every row).

@@ -369,3 +369,15 @@ def test_train_ddp_script_under_torchrun_keeps_replicas_identical():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "statistics averaged" in done.stdout
     assert "largest parameter difference between replicas: 0\n" in done.stdout + "\n"
+
+
+def test_the_first_root_amplifies_most_at_as_many_rows_as_dimensions():
+    """Section 13.4's explanation of the subsample result: the first inverse root's largest
+    gain peaks at N = d (Marchenko-Pastur's smallest eigenvalue near 0, the shrinkage off),
+    is bounded by the shrinkage below d, and falls above it."""
+    from isolab.book import scaling
+
+    gain = {n: scaling.first_root_gain(n, d=32, draws=10) for n in (8, 16, 32, 64, 128)}
+    assert max(gain, key=gain.get) == 32 and gain[32] > 10
+    assert max(gain[8], gain[16]) < 1.5 and gain[64] < gain[32] / 3 and gain[128] < gain[64]
+    assert scaling.first_root_gain(16, d=32, shrinkage=False, draws=4) > 10, "without shrinkage a small batch is worse"

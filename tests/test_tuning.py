@@ -265,3 +265,22 @@ def test_a_scheduled_sweep_is_the_schedule_applied_by_hand():
     prefix = sweep(SMALL, "adam", [0.05], 4, seeds=(0,), dtype=F64, progress=False, schedule=schedule,
                    schedule_steps=10)
     np.testing.assert_allclose(prefix.loss[0, 0], s.loss[0, 0, :5], rtol=1e-12)
+
+
+def test_tune_lr_searches_any_run_with_the_same_trials_and_the_stability_rule():
+    from isolab.book.engine.tuning import tune_lr
+
+    calls = []
+
+    def evaluate(lr, seed):
+        calls.append((lr, seed))
+        if lr > 0.05 and seed == 4:
+            return float("nan")                    # one seed of five diverges above 0.05
+        return (math.log10(lr) + 1.7) ** 2 + 0.01 * seed
+
+    out = tune_lr(evaluate, coarse=6, refine=4, lr_range=(1e-3, 1e-1))
+    assert len(out["trials"]) == 10 and len(calls) == 50 and out["interior"]
+    assert 10 ** -1.7 / 1.5 < out["lr"] < 10 ** -1.7 * 1.5
+    assert all(s == math.inf for lr, s in out["trials"] if lr > 0.05)
+    with pytest.raises(RuntimeError, match="diverged on some tuning seed"):
+        tune_lr(lambda lr, seed: math.inf, coarse=3, refine=0, lr_range=(1e-3, 1e-1))

@@ -3,13 +3,15 @@ and the interleaved step timings of ``scripts/ch11_timing.py``.
 
 - :func:`load`: a results file from ``results/``.
 - :func:`summaries`: ``{budget: {optimizer: summary}}`` of the held-out test losses
-  (median over seeds, 90 % bootstrap interval), as Chapter 10's figures draw them.
+  (median over seeds with its order-statistic interval, :mod:`isolab.book.engine.intervals`:
+  for five seeds ``[min, max]``, which covers the median with probability 93.75 %; for three,
+  75 %), as Chapter 10's figures draw them.
 - :func:`step_speedup`: how many times more steps Adam needs to reach an optimizer's
   held-out loss at a budget, reading Adam's loss against its budgets (piecewise linear in
   log steps); a bound where Adam's longest budget does not get there.
 - :func:`timing`: per-step milliseconds of forward + backward, of the optimizer step and
   of both, as medians over rounds with their interquartile range, each optimizer's ratio
-  to Adam round by round with a 90 % bootstrap interval, and the A/A ratio of the second
+  to Adam round by round with its order-statistic interval, and the A/A ratio of the second
   Adam, which is the noise; :func:`beyond_noise` says whether a ratio's interval clears it.
 - :func:`seconds_matched`: each optimizer's held-out loss against the seconds its budget
   costs (budget × measured time per step), and Adam's loss interpolated at those seconds.
@@ -22,7 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .engine.tuning import bootstrap_interval
+from .engine.intervals import median_interval
 from .lm import load_results
 
 __all__ = ["load", "summaries", "budgets", "separated", "paired", "seed_wins", "gap_in_errors", "step_speedup", "timing", "beyond_noise",
@@ -52,32 +54,36 @@ def budgets(protocol: Mapping, complete: bool = True) -> list[int]:
     return [b for b in found if not complete or all(f"{n}/{b}" in keys for n in OPTIMIZERS)]
 
 
-def summaries(protocol: Mapping) -> dict[int, dict[str, dict]]:
-    """``{budget: {optimizer: {"median", "low", "high", "values"}}}`` of the held-out losses."""
+def summaries(protocol: Mapping, section: str = "heldout") -> dict[int, dict[str, dict]]:
+    """``{budget: {optimizer: {"median", "low", "high", "coverage", "values"}}}`` of the
+    held-out losses (``section="without_retuning"``: IsoAdam's runs at Adam's settings), the
+    interval recomputed from the per-seed values (:func:`~isolab.book.engine.intervals.median_interval`)."""
     out: dict[int, dict[str, dict]] = {}
-    for key, entry in protocol["heldout"].items():
+    for key, entry in protocol.get(section, {}).items():
         name, steps = key.split("/")
-        s = entry["summary"]
-        out.setdefault(int(steps), {})[name] = {
-            "median": s["median"], "low": s["interval90"][0], "high": s["interval90"][1],
-            "values": [r["loss"] for r in entry["runs"]]}
+        values = [r["loss"] for r in entry["runs"]]
+        iv = median_interval(values, 0.9)
+        out.setdefault(int(steps), {})[name] = {"median": iv.median, "low": iv.low, "high": iv.high,
+                                                "coverage": iv.coverage, "values": values}
     return out
 
 
 def separated(summary: Mapping[str, Mapping], a: str, b: str) -> bool:
-    """Whether ``a``'s 90 % interval lies entirely below ``b``'s (lower is better)."""
+    """Whether ``a``'s interval lies entirely below ``b``'s (lower is better)."""
     return summary[a]["high"] < summary[b]["low"]
 
 
-def paired(protocol: Mapping, name: str, steps: int, baseline: str = "adam") -> dict:
-    """``name`` minus ``baseline`` on each held-out seed at ``steps`` (same seed, same test
-    windows): the differences, their largest paired standard error, and how many seeds
-    favour ``name``."""
-    runs = {r["seed"]: r for r in protocol["heldout"][f"{name}/{steps}"]["runs"]}
+def paired(protocol: Mapping, name: str, steps: int, baseline: str = "adam", section: str = "heldout") -> dict:
+    """``name`` (from ``section``) minus ``baseline`` on each held-out seed at ``steps`` (same
+    seed, same test windows): the differences, their median with its order-statistic
+    interval (``"interval"``: an :class:`~isolab.book.engine.intervals.Interval`), their
+    largest paired standard error, and how many seeds favour ``name``."""
+    runs = {r["seed"]: r for r in protocol[section][f"{name}/{steps}"]["runs"]}
     base = {r["seed"]: r for r in protocol["heldout"][f"{baseline}/{steps}"]["runs"]}
     diffs = [runs[s]["loss"] - base[s]["loss"] for s in sorted(runs)]
     ses = [runs[s].get("paired_se") for s in sorted(runs)]
-    return {"diffs": diffs, "max_paired_se": max((x for x in ses if x is not None), default=math.nan),
+    return {"diffs": diffs, "interval": median_interval(diffs, 0.9),
+            "max_paired_se": max((x for x in ses if x is not None), default=math.nan),
             "wins": sum(d < 0 for d in diffs), "seeds": len(diffs)}
 
 
@@ -130,16 +136,18 @@ def _quartiles(x) -> tuple[float, float, float]:
 def timing(saved: Mapping, size: str) -> dict:
     """Per lane of ``saved["sizes"][size]``: for ``fwd_bwd``, ``step`` and ``total`` the
     median milliseconds per step over rounds with the quartiles, and ``ratio`` (total, to
-    Adam's total in the same round) as ``(median, low, high)`` with a 90 % bootstrap over
-    rounds. The lane ``"adam again"`` gives the noise."""
+    Adam's total in the same round) as ``(median, low, high)``, the order-statistic interval
+    over rounds at 90 % or more (``"coverage"``: exactly how much). The lane ``"adam again"``
+    gives the noise."""
     ms = saved["sizes"][size]["ms"]
     adam_total = np.add(ms["adam"]["fwd_bwd"], ms["adam"]["step"])
     out = {}
     for lane, m in ms.items():
         fb, st = np.asarray(m["fwd_bwd"]), np.asarray(m["step"])
         total = fb + st
+        iv = median_interval(list(total / adam_total), 0.9)
         out[lane] = {"fwd_bwd": _quartiles(fb), "step": _quartiles(st), "total": _quartiles(total),
-                     "ratio": bootstrap_interval(list(total / adam_total))}
+                     "ratio": (iv.median, iv.low, iv.high), "coverage": iv.coverage}
     return out
 
 

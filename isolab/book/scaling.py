@@ -70,6 +70,7 @@ from . import features
 from .seeding import generator
 
 __all__ = [
+    "first_root_gain",
     "EIGH_FLOPS",
     "GRAM_BLOCK",
     "gram_flops",
@@ -569,8 +570,10 @@ class RegressionTask:
 
 
 #: Section 13.4's network and task for :func:`train_mlp` (``scripts/ch13_staleness.py``,
-#: ``scripts/ch13_subsample.py``): 300 steps of 256 rows, width 64, condition number 1000, float32.
-STALENESS_TASK = dict(steps=300, batch=256, width=64, depth=3, cond=1000.0, dtype=torch.float32)
+#: ``scripts/ch13_subsample.py``): 300 steps of 256 rows, width 64, condition number 1000,
+#: float32, a 5 % warmup and a cosine decay (Part III's protocol: one schedule for everyone).
+STALENESS_TASK = dict(steps=300, batch=256, width=64, depth=3, cond=1000.0, dtype=torch.float32,
+                      schedule={"warmup": 0.05, "decay": "cosine"})
 #: IsoAdam's hyperparameters in those runs, every one by name (weight decay 0, as the
 #: ``torch.optim.Adam`` it meets; every row in the statistics unless ``stat_rows`` is given).
 STALENESS_ISOADAM = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, beta_cov=0.95, damping=1e-3,
@@ -615,9 +618,13 @@ def train_mlp(
     data_seed: int = 1,
     dtype: torch.dtype = torch.float32,
     flops: bool = True,
+    schedule: dict | None = None,
     **optimizer_kwargs,
 ) -> dict:
     r"""Train :func:`mlp` on :class:`RegressionTask` with IsoAdam (or ``"adam"``) and report.
+
+    ``schedule`` (:mod:`isolab.book.engine.schedules`, e.g. a warmup and a cosine decay)
+    scales every parameter group's rate at every step; ``None`` keeps it constant.
 
     ``dtype`` is the precision of the weights and of the samples (computed in it from the
     same random draws): float64, with ``stats_dtype=torch.float64`` for IsoAdam, gives
@@ -650,8 +657,18 @@ def train_mlp(
     else:
         raise ValueError(f"optimizer must be 'adam' or 'isoadam', got {optimizer!r}")
     batches = [task.batch(batch, dtype) for _ in range(steps)]
+    from isolab.book.engine.schedules import check_schedule, multiplier
+
+    schedule = check_schedule(schedule)
+    base_lrs = [g["lr"] for g in opt.param_groups]
+    step_index = [0]
 
     def one_step(x, y):
+        if schedule is not None:
+            f = multiplier(schedule, step_index[0], steps)
+            for g, base in zip(opt.param_groups, base_lrs):
+                g["lr"] = base * f
+            step_index[0] += 1
         opt.zero_grad(set_to_none=True)
         loss = (model(x) - y).square().mean()
         loss.backward()
@@ -964,3 +981,30 @@ def _main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+def first_root_gain(rows: int, d: int = 64, *, damping: float = 1e-3, shrinkage: bool = True, draws: int = 20,
+                    seed: int = 0) -> float:
+    r"""How far the first whitening of a layer can amplify a direction: the largest gain of
+    ``(Ĉ + δ·tr(Ĉ)/d·I)^{-1/2}`` relative to a direction of average variance,
+    ``sqrt(tr(Ĉ)/d) · λ_min(Ĉ + δ·tr(Ĉ)/d·I)^{-1/2}``, for ``Ĉ`` the covariance of ``rows``
+    isotropic Gaussian rows in ``d`` dimensions (the first statistics step, when the running
+    average holds one batch), with the damping IsoAdam applies (:func:`isolab.optim.iso.effective_damping`:
+    raised towards ``d/(d + rows)`` while ``rows < d`` when ``shrinkage`` is on). The median
+    over ``draws`` batches, float64.
+
+    Marchenko–Pastur puts the smallest eigenvalue of ``Ĉ`` near ``(1 - sqrt(d/rows))^2`` of
+    the mean: near zero at ``rows = d``, where the shrinkage is off, so the gain there is
+    about ``δ^{-1/2}``, the most any row count gives."""
+    from isolab.optim.iso import effective_damping
+
+    gen = torch.Generator().manual_seed(seed)
+    delta = effective_damping({"damping": damping, "shrinkage": shrinkage}, rows, d, rows)
+    gains = []
+    for _ in range(draws):
+        X = torch.randn(rows, d, generator=gen, dtype=torch.float64)
+        C = X.T @ X / rows
+        scale = float(torch.diagonal(C).mean())
+        smallest = float(torch.linalg.eigvalsh(C)[0]) + delta * scale
+        gains.append((scale / smallest) ** 0.5)
+    return float(torch.tensor(gains).median())

@@ -51,7 +51,7 @@ from .core import sweep
 from .rules_lanes import resolve_hyper
 
 __all__ = ["Trial", "Tuned", "trial_grid", "rung_steps", "scores", "tune", "evaluate", "bootstrap_interval",
-           "refine_grid", "metric_kwargs", "tail_steps", "METRICS"]
+           "refine_grid", "metric_kwargs", "tail_steps", "METRICS", "tune_lr"]
 
 METRICS = ("tail_expected_loss", "iterations_expected", "final_loss", "iterations")
 #: The fraction of the steps the tail metric averages over.
@@ -342,6 +342,34 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
     return Tuned(optimizer, resolve_hyper(optimizer, hyper), float(lr), score, metric, int(steps),
                  tuple(int(s) for s in tuning_seeds), coarse + refine, tuple(map(float, lr_range)), interior,
                  history, halving, rung_log, schedule=schedule, coarse=coarse, refine=refine)
+
+
+def tune_lr(evaluate, *, coarse: int, refine: int, lr_range: tuple[float, float],
+            tuning_seeds: Sequence[int] = (0, 1, 2, 3, 4)) -> dict:
+    """The learning-rate search of :func:`tune` for any training run: ``evaluate(lr, seed)``
+    returns a score (lower is better, ``inf`` or NaN when the run diverged). ``coarse``
+    log-spaced rates over ``lr_range``, then ``refine`` more strictly between the best
+    one's neighbours; every rate on every tuning seed, and a rate that diverges on any seed
+    is out (the stability rule). No successive halving (the runs are too short to gain).
+    Returns ``{"lr", "score", "interior", "trials": [(lr, score), ...]}`` (every trial, in
+    the order run)."""
+    if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0 or refine % 2:
+        raise ValueError(f"refine must be an even int >= 0, got {refine!r}")
+    coarse_lrs = [t.lr for t in trial_grid({}, coarse, tuple(map(float, lr_range)))]
+
+    def score(lr):
+        values = np.array([evaluate(lr, s) for s in tuning_seeds], dtype=np.float64)
+        return float(_stable_median(values[:, None], axis=0)[0])
+
+    trials = [(lr, score(lr)) for lr in coarse_lrs]
+    best = min(trials, key=lambda x: x[1])
+    if not math.isfinite(best[1]):
+        raise RuntimeError(f"every learning rate in {lr_range} diverged on some tuning seed; move lr_range")
+    if refine:
+        trials += [(lr, score(lr)) for lr in refine_grid(best[0], coarse_lrs, refine)]
+    lr, value = min(trials, key=lambda x: x[1])
+    searched = [x[0] for x in trials]
+    return {"lr": lr, "score": value, "interior": min(searched) < lr < max(searched), "trials": trials}
 
 
 def _unique_combos(trials: list[Trial]) -> list[dict]:
