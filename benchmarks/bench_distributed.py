@@ -1,6 +1,6 @@
 """Data-parallel step time of IsoAdam, Iso and Muon, as ratios to Adam (2 CPU processes, gloo).
 
-Run:  python benchmarks/bench_distributed.py [--quick] [--world 2] [--blocks 5]
+Run:  python benchmarks/bench_distributed.py [--quick] [--world 2] [--blocks 5] [--fsdp]
 
 The model is the book's own Transformer (:class:`isolab.book.lm.TransformerLM`, Chapter 11:
 pre-norm, separate ``q, k, v, o`` projections, GELU MLP of width ``4d``, RMSNorm, untied
@@ -36,6 +36,18 @@ across processes and distribute the roots (the defaults under ``torch.distribute
 Target (issue 8): IsoAdam's data-parallel step at most 1.2x Adam's (printed PASS/FAIL).
 Also printed: Muon's and Iso's ratios, the split of each step into forward+backward and
 ``step()``, and the bytes each process hands to collectives per 10 steps.
+
+``--fsdp`` (issue 30): FSDP2 against DDP, same model, same global batch, 2 processes. Each of
+AdamW (torch's, the baseline), Muon, IsoAdam and Shampoo runs once wrapped in DDP and once
+sharded by ``fully_shard`` (per block and on the root); what is printed per step is the time
+(the fastest of ``--blocks`` interleaved blocks, per block the slowest process) and the bytes
+each process hands to collectives, *measured*: every ``torch.distributed`` collective is
+wrapped and counts its input tensor (FSDP2's all-gathers and reduce-scatters, the optimizers'
+statistics reductions and all-to-alls), and DDP's gradient all-reduce, which runs in C++, is
+counted by a communication hook on its buckets. Under FSDP2 the matrix optimizers gather each
+matrix's rows on an owner process and scatter the result back (:mod:`isolab.fsdp`): about
+two gradients' worth of extra bytes per step against DDP's one all-reduce, in exchange for
+parameters, gradients and optimizer state held in shards.
 """
 
 from __future__ import annotations
@@ -154,6 +166,116 @@ def worker(rank, world, args):
     return {"times": times, "comm": comm, "params": sum(p.numel() for p in runs["Adam"][0].parameters())}
 
 
+# ----------------------------------------------------------------------------- FSDP2 vs DDP
+FSDP_NAMES = ("AdamW", "Muon", "IsoAdam", "Shampoo")
+_COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
+            "reduce_scatter_single", "all_to_all_single", "reduce", "broadcast")
+
+
+def count_collectives(counter):
+    """Wrap ``torch.distributed``'s collectives so that each adds its input's bytes to ``counter[0]``."""
+    import inspect
+
+    for name in _COUNTED:
+        real = getattr(dist, name, None)
+        if real is None:
+            continue
+        params = list(inspect.signature(real).parameters)
+        arg = next(a for a in ("input", "input_tensor", "tensor") if a in params)
+        index = params.index(arg)
+
+        def wrapped(*a, _real=real, _index=index, _arg=arg, **k):
+            t = k.get(_arg, a[_index] if len(a) > _index else None)
+            if isinstance(t, torch.Tensor):
+                counter[0] += t.numel() * t.element_size()
+            return _real(*a, **k)
+
+        setattr(dist, name, wrapped)
+
+
+def make_fsdp(name, model):
+    from isolab.optim import IsoAdam, Muon, Shampoo
+
+    if name == "AdamW":
+        return torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    if name == "Muon":
+        return Muon(model, lr=0.02, adam_lr=1e-3, head=model.head)
+    if name == "IsoAdam":
+        return IsoAdam(model, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, head=model.head)
+    return Shampoo(model, lr=0.01, adam_lr=1e-3, root_interval=10, head=model.head)
+
+
+def fsdp_worker(rank, world, args):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    counter = [0]
+    count_collectives(counter)
+    mesh = init_device_mesh("cpu", (world,))
+    cfg = lm.LMConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, context=args.context)
+    data = lm.stdlib_corpus(max_bytes=2_000_000)
+    gen = torch.Generator().manual_seed(1 + rank)
+
+    def ddp_hook(state, bucket):
+        counter[0] += bucket.buffer().numel() * bucket.buffer().element_size()
+        return default_hooks.allreduce_hook(state, bucket)
+
+    runs = {}
+    for name in FSDP_NAMES:
+        for kind in ("DDP", "FSDP2"):
+            model = lm.TransformerLM(cfg, seed=0)
+            if kind == "DDP":
+                net = DDP(model)
+                net.register_comm_hook(None, ddp_hook)
+            else:
+                for block in model.blocks:
+                    fully_shard(block, mesh=mesh)
+                net = fully_shard(model, mesh=mesh)
+            runs[name, kind] = (net, make_fsdp(name, model))
+    times = {key: [] for key in runs}
+    sent = {key: [] for key in runs}
+    for i in range(1 + args.blocks):
+        for key, (net, opt) in runs.items():
+            dist.barrier()
+            c0, t0 = counter[0], time.perf_counter()
+            for _ in range(args.interval):
+                x, y = lm.sample_batch(data, args.batch, args.context, gen)
+                opt.zero_grad(set_to_none=True)
+                logits = net(x)
+                torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+                opt.step()
+            dt, bytes_ = (time.perf_counter() - t0) / args.interval, (counter[0] - c0) / args.interval
+            dist.barrier()
+            if i > 0:
+                times[key].append(dt)
+                sent[key].append(bytes_)
+    return {"times": times, "bytes": sent}
+
+
+def main_fsdp(args):
+    t0 = time.time()
+    results = launch(fsdp_worker, args.world, args, threads=args.threads, timeout=3600)
+    tokens = args.batch * args.context
+    print(f"bench_distributed --fsdp: {args.world} processes x {args.threads} thread(s), gloo; TransformerLM "
+          f"d={args.d_model}, {args.layers} blocks, {tokens} tokens per process and step; {args.blocks} interleaved "
+          f"blocks of {args.interval} steps ({time.time() - t0:.0f} s in all)")
+    print("ms per step: the fastest block (per block the slowest process); MiB per step: what each process hands "
+          "to collectives (measured, the mean over the timed blocks)")
+    print(f"{'optimizer':10s} {'DDP ms':>9s} {'FSDP2 ms':>9s} {'FSDP/DDP':>9s} {'DDP MiB':>9s} {'FSDP2 MiB':>10s} "
+          f"{'FSDP/DDP':>9s}")
+    for name in FSDP_NAMES:
+        ms, mib = {}, {}
+        for kind in ("DDP", "FSDP2"):
+            blocks = [max(r["times"][name, kind][i] for r in results) for i in range(args.blocks)]
+            ms[kind] = 1e3 * min(blocks)
+            mib[kind] = statistics.mean(max(r["bytes"][name, kind][i] for r in results)
+                                        for i in range(args.blocks)) / 2**20
+        print(f"{name:10s} {ms['DDP']:9.1f} {ms['FSDP2']:9.1f} {ms['FSDP2'] / ms['DDP']:9.2f} {mib['DDP']:9.2f} "
+              f"{mib['FSDP2']:10.2f} {mib['FSDP2'] / mib['DDP']:9.2f}")
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=2)
@@ -167,9 +289,12 @@ def main(argv=None):
     p.add_argument("--blocks", type=int, default=4, help="timed blocks per optimizer (after one warm-up block)")
     p.add_argument("--quick", action="store_true", help="2 layers, 8 sequences, 2 blocks: a smoke test, not the target")
     p.add_argument("--profile", action="store_true", help="profile IsoAdam's blocks (cProfile, rank 0) instead")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 against DDP: step time and bytes per step (issue 30)")
     args = p.parse_args(argv)
     if args.quick:
         args.layers, args.batch, args.blocks = 2, 8, 2
+    if args.fsdp:
+        return main_fsdp(args)
     t0 = time.time()
     results = launch(worker, args.world, args, threads=args.threads, timeout=3600)
     if args.profile:

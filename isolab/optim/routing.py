@@ -10,7 +10,8 @@ Rules, applied in this order; each parameter lands in exactly one group (a tied 
 shared by two modules, is routed once, by the first rule that matches it):
 
 1. ``head``: every parameter of the module(s) passed as ``head=``. With ``head="auto"``
-   (the default) the *untied output head of a language model*: every ``nn.Linear`` whose
+   (the default) the *untied output head of a language model*: the module its
+   ``get_output_embeddings()`` names (Hugging Face models), else every ``nn.Linear`` whose
    ``out_features`` equals the ``num_embeddings`` of an ``nn.Embedding`` of the model
    (nanoGPT's ``lm_head``). A head tied to the embedding shares its weight, which rule 2
    routes as an embedding (the tie is routed once). A model without ``nn.Embedding`` (an
@@ -176,19 +177,37 @@ def split_parameters(
 
 
 def auto_heads(model: nn.Module) -> list[nn.Module]:
-    """The untied output head(s) ``head="auto"`` finds: every linear layer (``nn.Linear`` or
-    another linear-like module, see :func:`isolab.nn.linear_like`) whose output size is the
-    ``num_embeddings`` of an ``nn.Embedding`` of ``model`` and whose weight is not tied to an
-    embedding table (a tied head is routed as the embedding)."""
-    vocab = {m.num_embeddings: m for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
-    tables = {id(m.weight) for m in vocab.values()}
-    heads = []
+    """The untied output head(s) ``head="auto"`` finds (a tied head is routed as the embedding).
+
+    A model that names its head, as Hugging Face models do with ``get_output_embeddings()``
+    (on the model or on a module inside it), is taken at its word. Otherwise the head is every
+    ``nn.Linear`` whose ``out_features`` is the ``num_embeddings`` of an ``nn.Embedding`` of
+    ``model`` and whose weight is not tied to an embedding table (nanoGPT's ``lm_head``). The
+    size rule stays with ``nn.Linear``: GPT-2's ``Conv1D`` layers often have an output size that
+    equals the vocabulary or the number of positions in small configurations (``c_fc`` maps 64 to
+    256 = the vocabulary in a tiny config), and are never heads.
+    """
+    emb = [m for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))]
+    tables = {id(m.weight) for m in emb}
+    named, declared = [], False
     for m in model.modules():
-        spec = linear_like(m)
-        if spec is not None and spec.capture == "rows" and id(m.weight) not in tables:
-            if spec.dims(m.weight)[1] in vocab:
-                heads.append(m)
-    return heads
+        getter = getattr(m, "get_output_embeddings", None)
+        if callable(getter):
+            declared = True
+            try:
+                head = getter()
+            except (AttributeError, NotImplementedError):
+                head = None
+            if isinstance(head, nn.Module) and linear_like(head) is not None and id(head.weight) not in tables:
+                if all(h is not head for h in named):
+                    named.append(head)
+    if declared:
+        return named
+    vocab = {m.num_embeddings for m in emb}
+    return [
+        m for m in model.modules()
+        if isinstance(m, nn.Linear) and m.out_features in vocab and id(m.weight) not in tables
+    ]
 
 
 def weight_layouts(model: nn.Module) -> dict[int, str]:
