@@ -182,24 +182,24 @@ def right_angles(angles: Mapping[int, torch.Tensor], shown: Sequence[int] = (3, 
 # ----------------------------------------------------------------------------- §2.4
 def gram_scale(examples: Mapping[int, torch.Tensor], dims: Sequence[int], err_d: Sequence[float],
                err_sqrt: Sequence[float], batch: int) -> Figure:
-    """Left: ``XXᵀ/d`` of one batch for three widths (heatmaps, one colorbar). Right: the
+    """Left: ``XXᵀ/d`` of one batch for each width in ``examples`` (heatmaps, one colorbar). Right: the
     operator-norm distance of ``XXᵀ/d`` and of ``XXᵀ/√d`` from ``I`` against ``d``, with
     the Marchenko–Pastur edge ``2√(b/d) + b/d``."""
-    fig = Figure(figsize=(style.FIG_WIDTH, 3.3))
-    size, gap, bottom = 0.155, 0.02, 0.17
-    height = size * style.FIG_WIDTH / 3.3
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.7))
+    n = len(examples)      # then the colorbar, a space for its labels and the plot's, and the plot
+    grid = fig.add_gridspec(1, n + 3, width_ratios=[1] * n + [0.06, 0.42, 1.3], wspace=0.1, left=0.02,
+                            right=0.98, bottom=0.16, top=0.84)
     image = None
     for col, (d, K) in enumerate(examples.items()):
-        ax = fig.add_axes((0.01 + col * (size + gap), bottom, size, height))
+        ax = fig.add_subplot(grid[0, col])
         image = ax.imshow((K / d).numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
         ax.set(xticks=[], yticks=[])
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_title(f"d = {d}", loc="center", fontsize=style.FONT_SIZE)
-    fig.text(0.01, 0.92, f"XXᵀ / d, one batch of b = {batch}", fontsize=style.FONT_SIZE + 1, ha="left")
-    style.colorbar(fig, image, None, "entry", cax=fig.add_axes((0.01 + len(examples) * (size + gap), bottom, 0.012, height)),
-                   ticks=[-1, 0, 1])
-    ax = fig.add_axes((0.74, 0.17, 0.245, 0.66))
+        ax.set_title(f"XXᵀ / d at d = {d}", loc="left", fontsize=style.FONT_SIZE)
+    fig.text(0.02, 0.93, f"one batch of b = {batch}", fontsize=style.FONT_SIZE, ha="left")
+    style.colorbar(fig, image, None, "entry", cax=fig.add_subplot(grid[0, n]), ticks=[-1, 0, 1])
+    ax = fig.add_subplot(grid[0, n + 2])
     dims = np.asarray(dims, dtype=float)
     fine = np.geomspace(dims[0], dims[-1], 100)
     ax.plot(fine, 2 * np.sqrt(batch / fine) + batch / fine, color=BOUND, ls="--", lw=1.5)
@@ -212,11 +212,12 @@ def gram_scale(examples: Mapping[int, torch.Tensor], dims: Sequence[int], err_d:
     ax.minorticks_off()
     ax.set(xlabel="dimension d", ylabel="‖XXᵀ/c − I‖₂")
     mid = len(dims) // 2
-    ax.text(dims[mid], err_sqrt[mid] * 1.7, "c = √d", color=HIGHLIGHT, ha="center", va="bottom", fontsize=style.FONT_SIZE)
+    ax.text(dims[mid], err_sqrt[mid] * 1.7, "c = √d", color=style.text_color(HIGHLIGHT), ha="center", va="bottom",
+            fontsize=style.FONT_SIZE)
     ax.text(dims[mid + 1], err_d[mid + 1] * 0.6, "c = d", color=DATA, ha="center", va="top", fontsize=style.FONT_SIZE)
     ax.text(dims[1], (2 * math.sqrt(batch / dims[1]) + batch / dims[1]) * 1.5, "edge 2√(b/d) + b/d", color=BOUND,
             ha="left", va="bottom", fontsize=SMALL)
-    ax.set_title("Distance from I, 50 batches")
+    ax.set_title("distance from I, 50 batches", loc="left")
     return fig
 
 
@@ -382,19 +383,19 @@ def draw_concentration(fig, d, batch, kappa) -> None:
     exact = math.sqrt(d) * isotropy.norm_density(torch.from_numpy(_RADII) * math.sqrt(d), d).numpy()
     counts, edges = np.histogram(data.radii, bins=int(np.clip(3 * math.sqrt(batch), 10, 60)), range=(0, 2.5),
                                  density=True)
-    ax_norm.stairs(counts, edges, fill=True, color=DATA, alpha=0.45)
+    ax_norm.stairs(counts, edges, fill=True, color=style.ROLES["muted"])
     ax_norm.plot(_RADII, exact, color=TARGET, lw=2)
     ax_norm.set(xlim=(0, 2.5), ylim=(0, 1.12 * max(counts.max(), exact.max())), xticks=[0, 1, 2], yticks=[],
                 xlabel="‖x‖ / √d", ylabel="density")
-    ax_norm.set_title(f"norms: sd {data.radii.std():.3f}", fontsize=style.FONT_SIZE)
+    ax_norm.set_title(f"norms\nsd {data.radii.std():.3f}", fontsize=style.FONT_SIZE)
 
     exact = (math.pi / 180) * isotropy.angle_density(torch.from_numpy(np.radians(_ANGLES)), d).numpy()
     counts, edges = np.histogram(data.angles, bins=60, range=(0, 180), density=True)
-    ax_angle.stairs(counts, edges, fill=True, color=DATA, alpha=0.45)
+    ax_angle.stairs(counts, edges, fill=True, color=style.ROLES["muted"])
     ax_angle.plot(_ANGLES, exact, color=TARGET, lw=2)
     ax_angle.set(xlim=(0, 180), ylim=(0, 1.12 * max(counts.max(), exact.max())), xticks=[0, 90, 180], yticks=[],
                  xlabel="angle between samples (°)")
-    ax_angle.set_title(f"angles: sd {data.angles.std():.1f}°", fontsize=style.FONT_SIZE)
+    ax_angle.set_title(f"pairwise angles\nsd {data.angles.std():.1f}°", fontsize=style.FONT_SIZE)
 
     index = np.arange(1, batch + 1)
     nonzero = batch - data.zeros
@@ -409,7 +410,7 @@ def draw_concentration(fig, d, batch, kappa) -> None:
     ax_gram.set_xticks([1, 10, 100], ["1", "10", "100"])
     log_ticks(ax_gram.yaxis, [-3, -1, 1, 3])
     ax_gram.minorticks_off()
-    ax_gram.set_title(f"isotropy {data.gram_isotropy:.3g} (bound {data.bound:.3g})", fontsize=style.FONT_SIZE)
+    ax_gram.set_title(f"Gram isotropy {data.gram_isotropy:.2g}\n(bound {data.bound:.2g})", fontsize=style.FONT_SIZE)
 
 
 def _norm_sd(d, batch, kappa):
@@ -449,9 +450,11 @@ def concentration() -> Explorable:
          Slider("batch", B_VALUES, label="batch b", default=64),
          Slider("kappa", KAPPA_VALUES, label="κ(Σ)", default=1)],
         main="d",
-        figsize=(style.FIG_WIDTH, 3.2),
-        static_colors=32,
+        figsize=(style.COLUMN_WIDTH, 3.0),
+        static_colors=16,
         caption=CAPTION,
+        alt=("As the dimension grows, the norms and the angles of the same samples concentrate and the Gram "
+             "matrix fills its rank."),
         promises=[
             Promise("The norm histogram narrows", _norm_sd, nonincreasing(tol=0.0)),
             Promise("around 1", _centres, always(lambda v: abs(v[0] - 1) <= v[1], "|mean - 1| <= sd")),
