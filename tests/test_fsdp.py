@@ -298,7 +298,9 @@ def _tasks(rank, world, tasks):
 
 
 F32, F64 = torch.float32, torch.float64
-FLOAT32 = ["muon", "iso", "isoadam", "shampoo"]
+# IsoAdam is compared in float64 only: Adam's first step is the sign of the whitened gradient,
+# so an entry within float32 rounding of zero may flip and move by 2 lr, on one CPU and not another
+FLOAT32 = ["muon", "iso", "shampoo"]
 TASKS_2 = ([("_equal_to_one_process", c) for c in CASES] + [("_equal_to_one_process", c, F32) for c in FLOAT32]
            + [("_equal_to_one_process", "isoadam", F64, False)]
            + [("_resume", c) for c in ("muon", "iso-lean", "shampoo-graft-momentum")]
@@ -332,8 +334,8 @@ def _gap(a, b):
 # ----------------------------------------------------------------------------- tests
 # In float64 the FSDP run and the one-process run differ only by the order of the gradient's
 # sums (observed: <= 2e-10 after 20 steps), so 1e-8 catches any wrong scale or row. In float32
-# Adam's and Shampoo's normalizations amplify that rounding (observed: Muon and Iso ~1e-6,
-# IsoAdam 5e-5, Shampoo 2e-5): 2e-4 is the float32 bar, and the weights move by > 1e-2.
+# the normalizations amplify that rounding (observed: Muon and Iso ~1e-6, Shampoo 2e-5): 2e-4
+# is the float32 bar, and the weights move by > 1e-2.
 TOLERANCE = {F64: 1e-8, F32: 2e-4}
 
 
