@@ -443,6 +443,44 @@ def merge(path: Path, new: Results, config: dict, part: str) -> Path:
     return path
 
 
+def jitter_path(config: dict, part: str, directory: Path | None = None) -> Path:
+    """``results/protocol_jitter_<part>.json`` (``protocol_reduced_jitter_<part>.json``)."""
+    stem = "protocol_jitter_" if config["name"] == "full" else f"protocol_{config['name']}_jitter_"
+    return Path(directory or ROOT / "results") / f"{stem}{part}.json"
+
+
+def jitter_check(config: dict, parts, seeds, directory: Path | None = None, verbose: bool = True) -> dict:
+    """Rerun every saved entry's held-out seeds under each jitter seed (:mod:`isolab.book.seeding`:
+    every random draw multiplied by ``1 + 1e-6 u``, a change of the size another CPU's
+    rounding makes) and save the per-seed scores to :func:`jitter_path` (one file per
+    part): what Chapter 10 compares its verdicts with. Resumable: entries already saved
+    for a jitter seed are kept."""
+    import json
+
+    from isolab.book.seeding import jittered
+
+    for part in parts:
+        path = jitter_path(config, part, directory)
+        out = json.loads(path.read_text()) if path.exists() else {"eps": 1e-6, "entries": {}}
+        out.update(command="python scripts/run_sweeps.py " + " ".join(sys.argv[1:]), environment=environment())
+        for s in load(output_path(config, part, directory)):
+            done = out["entries"].setdefault(s.label, {})
+            for seed in seeds:
+                if str(seed) in done:
+                    continue
+                t0 = time.perf_counter()
+                with jittered(out["eps"], seed):
+                    again = heldout_run(config, part, s.label, s.optimizer, s.hyper, float(s.lrs[0]),
+                                        s.info["tuned"]["steps"], list(s.seeds))
+                done[str(seed)] = scores(again, s.info["metric"])[:, 0].tolist()
+                tmp = path.with_name(path.stem + ".partial.json")
+                tmp.write_text(json.dumps(out, default=float))
+                tmp.replace(path)
+                log(f"jitter {seed}: {s.label:40s} median {np.median(done[str(seed)]):.4g} (saved "
+                    f"{s.info['heldout']['median']:.4g}), {time.perf_counter() - t0:.0f} s", verbose)
+    return out
+
+
 def summary(path) -> str:
     """A table of a saved part: label, chosen setting, held-out median and interval."""
     lines = []
@@ -461,6 +499,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="run only these labels (e.g. fig4/b1000/iso)")
     ap.add_argument("--summary", metavar="NPZ", help="print the table of a saved part and exit")
     ap.add_argument("--out-dir", type=Path, default=None, help="where to save (default: results/)")
+    ap.add_argument("--jitter-check", nargs="+", type=int, metavar="SEED", default=None,
+                    help="rerun the saved held-out seeds under these jitter seeds -> results/protocol_jitter.json")
     ap.add_argument("--merge", action="store_true",
                     help="with --only: put the rerun entries into the part's file (replacing those labels) "
                          "instead of a separate <part>.only.npz")
@@ -470,6 +510,10 @@ def main(argv=None) -> int:
         return 0
     config = REDUCED if args.reduced else FULL
     torch.set_num_threads(config["num_threads"])
+    if args.jitter_check:
+        parts = PARTS if args.part == "all" else (args.part,)
+        jitter_check(config, parts, args.jitter_check, args.out_dir)
+        return 0
     command = " ".join(shlex.quote(a) for a in ["python", "scripts/run_sweeps.py", *(sys.argv[1:] if argv is None
                                                                                         else argv)])
     parts = PARTS if args.part == "all" else (args.part,)

@@ -94,3 +94,12 @@ def test_within_agrees_and_gap():
     assert not within("d", 1e-3, 1e-12).holds and "1.0e-03" in within("d", 1e-3, 1e-12).measured
     assert agrees("v", 0.12345, 0.12345) == ("v", "0.1235", "0.1235", True, "claim")
     assert not agrees("v", 0.1, 0.2).holds
+
+
+def test_an_unresolved_source_claim_reads_as_such_and_raises_once_the_evidence_decides():
+    from isolab.book.checks import unresolved
+
+    shown = Report([unresolved("the paper", "IsoAdam beats Muon", "[-0.01, +0.02]", "contains 0", True)])
+    assert shown.text().splitlines()[1] == "  ? the paper: IsoAdam beats Muon — unresolved"
+    with pytest.raises(ClaimFailed, match="is unresolved, but here the evidence decides it"):
+        report([unresolved("the paper", "IsoAdam beats Muon", "[-0.03, -0.01]", "contains 0", False)])

@@ -157,6 +157,47 @@ def test_protocol_figures_build(protocol):
     assert len(figures[1].axes) == len(fig4)
     text = ch10.table(fig3, digits=None)
     assert text.splitlines()[1].startswith(ch10.label(best)) and len(text.splitlines()) == len(fig3) + 1
+    assert "% interval]" in text.splitlines()[0] and "90%" not in text
+
+
+def test_paired_verdicts_need_every_run(protocol):
+    """ahead/verdict: a ranking on paired seeds holds only where its interval excludes zero
+    in the saved run and in every rerun; a verdict that flips between runs is unresolved."""
+    s = {"a": {"values": np.arange(1.0, 21.0)}, "b": {"values": np.arange(1.0, 21.0) * 1.5},
+         "c": {"values": np.arange(1.0, 21.0) * np.where(np.arange(20) % 2, 1.2, 0.8)}}
+    assert ch10.ahead(s, "a", "b") and not ch10.ahead(s, "b", "a") and not ch10.ahead(s, "a", "c")
+    assert ch10.verdict([s, s], "a", ["b"]) == "yes" and ch10.verdict([s], "b", ["a"]) == "no"
+    assert ch10.verdict([s], "a", ["b", "c"]) == "unresolved"
+    flipped = {"a": {"values": s["b"]["values"]}, "b": {"values": s["a"]["values"]}}
+    assert ch10.verdict([s, flipped], "a", ["b"]) == "unresolved"
+
+
+def test_the_paper_claims_assert_their_stated_verdicts(protocol):
+    from isolab.book.checks import ClaimFailed, report
+
+    fig3 = ch10.protocol_summaries(protocol["protocol_reduced_fig3.npz"], "fig3/")
+    f4 = protocol["protocol_reduced_fig4.npz"]
+    fig4 = {b: [ch10.protocol_summaries(f4, f"fig4/b{b}/")] for b in ch10.budgets_of(f4)}
+    main = max(fig4)
+
+    def computed():
+        out = {"5 layers": {}, **{f"40 layers, {b} steps": {} for b in fig4}}
+        names = [n for n in fig3 if n != "iso"]
+        for where, runs in [("5 layers", [fig3])] + [(f"40 layers, {b} steps", fig4[b]) for b in fig4]:
+            out[where] = {"four": ch10.verdict(runs, "iso", ["sgd", "adam", "isoadam"]),
+                          "all": ch10.verdict(runs, "iso", [n for n in runs[0] if n != "iso"])}
+        return out
+
+    said = {w: {k: {"yes": "reproduced", "no": "refuted", "unresolved": "unresolved"}[v] for k, v in d.items()}
+            for w, d in computed().items()}
+    for where, summary in [("5 layers", fig3), (f"40 layers, {main} steps", fig4[main][0])]:
+        ratio = summary["adam"]["lr"] / summary["isoadam"]["lr"]
+        said[where]["lr"] = "reproduced" if 0.5 <= ratio <= 2 else "refuted"
+    report(ch10.paper_claims([fig3], fig4, main, said))          # what the reduced files say holds
+    wrong = {w: dict(d) for w, d in said.items()}
+    wrong["5 layers"]["all"] = "reproduced" if said["5 layers"]["all"] != "reproduced" else "refuted"
+    with pytest.raises(ClaimFailed, match="5 layers: Iso is best of all"):
+        report(ch10.paper_claims([fig3], fig4, main, wrong))
 
 
 def test_interval_panel_survives_divergence():
@@ -191,6 +232,6 @@ def test_the_full_protocol_files_the_chapter_reads_are_well_formed():
         results = load(LOCAL / name)
         for s in results:
             h, t = s.info["heldout"], s.info["tuned"]
-            assert len(h["seeds"]) >= 5 and not set(h["seeds"]) & set(t["tuning_seeds"])
+            assert len(h["seeds"]) >= 20 and not set(h["seeds"]) & set(t["tuning_seeds"])
             assert h["low"] <= h["median"] <= h["high"]
             assert set(t["hyper"]) >= {"weight_decay"} and "lr" not in t["hyper"]

@@ -15,8 +15,11 @@ the claim in the message. A chapter never shows a failed claim of its own.
 
 **A source's claim is shown as its verdict.** Where the book tests what a source says
 and finds it false, the row is :func:`refuted` ("the paper: Iso is best at 40 layers —
-refuted"); where it holds, :func:`reproduced`. Both assert the verdict the book states:
-a refuted claim that starts to hold (or a reproduced one that stops) raises too.
+refuted"); where it holds, :func:`reproduced`; where the evidence decides neither way (an
+interval that straddles the line, a verdict that flips under a perturbation),
+:func:`unresolved`. Each asserts the verdict the book states: a refuted claim that starts
+to hold (or a reproduced one that stops, or an unresolved one that the evidence comes to
+decide) raises too.
 
 The plain-text form (what nbval compares, and what a terminal prints) is the verdict
 line followed by two lines per claim::
@@ -39,11 +42,12 @@ from typing import Iterable, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["Check", "ClaimFailed", "Report", "report", "format_report", "refuted", "reproduced",
+__all__ = ["Check", "ClaimFailed", "Report", "report", "format_report", "refuted", "reproduced", "unresolved",
            "gap", "same", "within", "agrees", "rel_gap", "close"]
 
-#: The kinds of row: a claim of the book, a source's claim the book refutes, one it reproduces.
-KINDS = ("claim", "refuted", "reproduced")
+#: The kinds of row: a claim of the book, a source's claim the book refutes, one it
+#: reproduces, one the evidence does not decide.
+KINDS = ("claim", "refuted", "reproduced", "unresolved")
 
 
 class Check(NamedTuple):
@@ -51,7 +55,8 @@ class Check(NamedTuple):
 
     ``kind`` is ``"claim"`` for the book's own claims (the row must hold); a source's
     claim is made with :func:`refuted` or :func:`reproduced`, where ``holds`` says whether
-    *the source's* claim holds and the row asserts the book's verdict on it.
+    *the source's* claim holds and the row asserts the book's verdict on it, or with
+    :func:`unresolved`, where ``holds`` says whether the evidence leaves it undecided.
     """
 
     claim: str
@@ -63,7 +68,7 @@ class Check(NamedTuple):
     @property
     def verdict_holds(self) -> bool:
         """Whether what the book says of this row is true."""
-        return bool(self.holds) if self.kind in ("claim", "reproduced") else not bool(self.holds)
+        return bool(self.holds) if self.kind in ("claim", "reproduced", "unresolved") else not bool(self.holds)
 
 
 def refuted(source: str, claim: str, measured: str, expected: str, holds: bool) -> Check:
@@ -75,6 +80,12 @@ def refuted(source: str, claim: str, measured: str, expected: str, holds: bool) 
 def reproduced(source: str, claim: str, measured: str, expected: str, holds: bool) -> Check:
     """A source's claim that the book reproduces; ``holds`` is whether it holds."""
     return Check(f"{source}: {claim}", measured, expected, holds, "reproduced")
+
+
+def unresolved(source: str, claim: str, measured: str, expected: str, undecided: bool) -> Check:
+    """A source's claim that the evidence does not decide; ``undecided`` is whether it
+    indeed decides neither way (the row asserts that it does not)."""
+    return Check(f"{source}: {claim}", measured, expected, undecided, "unresolved")
 
 
 class ClaimFailed(AssertionError):
@@ -98,11 +109,12 @@ def _validated(checks: Iterable[Check]) -> list[Check]:
 def _mark(row: Check) -> str:
     if not row.verdict_holds:
         return "✗"
-    return "✗" if row.kind == "refuted" else "✓"
+    return {"refuted": "✗", "unresolved": "?"}.get(row.kind, "✓")
 
 
 def _label(row: Check) -> str:
-    return row.claim + {"claim": "", "refuted": " — refuted", "reproduced": " — reproduced"}[row.kind]
+    return row.claim + {"claim": "", "refuted": " — refuted", "reproduced": " — reproduced",
+                        "unresolved": " — unresolved"}[row.kind]
 
 
 def summary(rows: list[Check], title: str | None = None) -> str:
@@ -161,6 +173,9 @@ class Report:
         for r in self.failures:
             if r.kind == "claim":
                 lines.append(f"the book's claim does not hold: {r.claim} (measured {r.measured}; expected {r.expected})")
+            elif r.kind == "unresolved":
+                lines.append(f"the book says {r.claim!r} is unresolved, but here the evidence decides it "
+                             f"(measured {r.measured}; expected {r.expected})")
             else:
                 said = "refuted" if r.kind == "refuted" else "reproduced"
                 lines.append(f"the book says {r.claim!r} is {said}, but here it {'holds' if r.holds else 'fails'} "

@@ -27,7 +27,7 @@ import numpy as np
 from .engine.intervals import median_interval
 from .lm import load_results
 
-__all__ = ["load", "summaries", "budgets", "separated", "paired", "seed_wins", "gap_in_errors", "step_speedup", "timing", "beyond_noise",
+__all__ = ["load", "summaries", "budgets", "separated", "paired", "seed_wins", "tuning_gap", "gap_in_errors", "step_speedup", "timing", "beyond_noise",
            "seconds_per_step", "seconds_matched", "tuned_table", "heldout_table", "timing_table"]
 
 NAMES = {"adam": "Adam", "isoadam": "IsoAdam", "muon": "Muon", "soap": "SOAP", "adam again": "Adam, again",
@@ -94,6 +94,22 @@ def seed_wins(protocol: Mapping, name: str, baseline: str) -> tuple[str, list[in
     rows = [paired(protocol, name, b, baseline) for b in budgets(protocol, complete=False)
             if f"{name}/{b}" in keys and f"{baseline}/{b}" in keys]
     return " · ".join(f"{r['wins']}/{r['seeds']}" for r in rows), [r["wins"] for r in rows], rows[0]["seeds"]
+
+
+def tuning_gap(protocol: Mapping, key: str) -> float:
+    """How finely an entry's tuning resolves a setting: the difference, on the tuning files,
+    between its best and its second-best trial that ran the whole budget (over all its
+    searches). A difference between two optimizers smaller than this is inside the noise
+    of choosing their settings."""
+    from .lm_protocol import grid_trials
+
+    name = key.split("/")[0]
+    scores = {}
+    for search in protocol["tuned"][key]["searches"]:
+        grid = grid_trials(name, search["shift"])
+        scores.update({tuple(grid[int(i)]): v for i, v in search["rung2"].items()})   # a setting run twice counts once
+    full = sorted(scores.values())
+    return float(full[1] - full[0])
 
 
 def gap_in_errors(protocol: Mapping, name: str, baseline: str) -> float:
@@ -232,7 +248,7 @@ def heldout_table(protocol: Mapping, digits: int = 3, names=CONTENDERS) -> str:
 
 def timing_table(saved: Mapping, size: str) -> str:
     """Milliseconds per step (median over rounds [quartiles]) of forward + backward, of the
-    step and of both, and the total's ratio to Adam's (median [90 % interval] over rounds)."""
+    step and of both, and the total's ratio to Adam's (median [its order-statistic interval] over rounds)."""
     stats = timing(saved, size)
     rows = [f"{'':12s}{'forward+backward':>22s}{'optimizer step':>20s}{'total':>22s}{'ratio to Adam':>24s}"]
     for lane in ("adam", "adam again", "soap", "isoadam", "muon"):

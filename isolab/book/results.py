@@ -202,7 +202,7 @@ class Results:
                     arrays[f"s{i}.{k}"] = a
         arrays["__meta__"] = np.array(json.dumps(meta))
         with open(path, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez_compressed(f, **arrays)   # the JSON metadata (every trial) compresses tenfold
         return path
 
     @classmethod
