@@ -105,6 +105,34 @@ def compare(rank, world, optimizer="isoadam", steps=8, batch=8, context=16, dtyp
     return {"gap": gap, "moved": moved, "owners": owners}
 
 
+def muon_collectives(rank, world, steps=1):
+    """Collectives of one ``step()`` of ``torch.optim.Muon`` and of isolab's ``Muon`` on the same
+    sharded matrices (counted by ``torch.distributed.tensor.debug.CommDebugMode``), and the
+    matrices' count: torch's runs Newton–Schulz as DTensor operations, which communicate inside
+    every iteration of every matrix; isolab's gathers each matrix on its owner once."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = init_device_mesh("cpu", (world,))
+    counts = {}
+    for name in ("torch", "isolab"):
+        torch.manual_seed(0)
+        model = shard(GPT(tied=False), mesh)
+        hidden = [p for n, p in model.named_parameters() if n.startswith("blocks.") and p.ndim == 2]
+        if name == "torch":
+            opt = torch.optim.Muon(hidden, lr=0.02)
+        else:
+            opt = Muon([{"params": hidden}], lr=0.02)
+        x, y = tokens(0, 8, 16)
+        part = 8 // world
+        F.cross_entropy(model(x[rank * part:(rank + 1) * part]).flatten(0, 1),
+                        y[rank * part:(rank + 1) * part].flatten()).backward()
+        with CommDebugMode() as comm:
+            opt.step()
+        counts[name] = comm.get_total_counts()
+    return {"matrices": len(hidden), **counts}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8)
