@@ -8,8 +8,11 @@ The library (what a training script imports):
   whitening, covariances.
 - :mod:`isolab.distributed` several processes: a launcher, statistics averaged across
   processes (upper triangles, bucketed), inverse roots computed by their owners and shared.
+- :mod:`isolab.fsdp`        FSDP2 (``fully_shard``): each matrix's whole-matrix work on one
+  owner process, its rows gathered there and the result's rows sent back.
 - :mod:`isolab.nn`          attention whose projections are ``nn.Linear`` layers, so that
-  Iso and IsoAdam can whiten them (:func:`isolab.nn.convert_attention`).
+  Iso and IsoAdam can whiten them (:func:`isolab.nn.convert_attention`), and the registry of
+  linear-like modules (:func:`isolab.nn.register_linear`: transformers' ``Conv1D``, yours).
 - :mod:`isolab.updates`     update rules as pure functions of a layer's ``X`` and ``G``.
 - :mod:`isolab.rules`       the optimizers' stateful rules (moments, momentum, averages).
 

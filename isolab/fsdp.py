@@ -58,7 +58,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["Sharding", "sharding_of", "local", "row_blocks", "assign_by_cost", "OwnerExchange", "agree_on_failures"]
+__all__ = ["Sharding", "sharding_of", "local", "row_blocks", "assign_by_cost", "OwnerExchange", "agree_on_failures",
+           "owner_step"]
 
 
 def _dtensor_type():
@@ -186,7 +187,7 @@ class OwnerExchange:
     def gather(self, blocks: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
         """``blocks[i]``: this process's rows of matrix ``i``. Returns ``{i: full matrix}`` for
         the matrices this process owns."""
-        world, rank = self.sharding.world, self.sharding.rank
+        world = self.sharding.world
         dtype, device = self._dtype_device(blocks)
         send = [[blocks[i] for i in range(len(blocks)) if self.owners[i] == d] for d in range(world)]
         recv_numel = [sum(self.blocks[i][s] * self.widths[i] for i in self.mine) for s in range(world)]
@@ -198,7 +199,6 @@ class OwnerExchange:
                 k = self.blocks[i][s] * self.widths[i]
                 pieces[i].append(out[offset:offset + k].reshape(self.blocks[i][s], *self.shapes[i][1:]))
                 offset += k
-        del rank
         return {i: torch.cat(pieces[i]) for i in self.mine}
 
     def scatter(self, full: dict[int, torch.Tensor], dtype, device) -> list[torch.Tensor]:
