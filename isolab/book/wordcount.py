@@ -10,10 +10,12 @@ They are counted here, in one place, as:
 * without what is collapsed: the whole content of a directive that opens only on a
   click (``:class: dropdown`` on an admonition or any other directive, ``{dropdown}``,
   ``{toggle}``): exercise solutions, asides, appendix notes. Other directives (a
-  ``{tip}``, an ``{admonition}`` shown open) count, title and body.
+  ``{tip}``, an ``{admonition}`` shown open) count, title and body;
+* without the appendix: a level-2 section whose title starts with "Appendix", from its
+  heading to the next level-2 heading (forensic detail moved out of the main line).
 
 A word is a run of letters or digits (``0.893``, ``b/d_in``'s parts, ``don't`` count as
-words; MyST role names such as ``{doc}`` and link targets do not).
+words; MyST role names such as ``{doc}``, link targets and citation keys do not).
 
 ``python -m isolab.book.wordcount book/*.ipynb`` prints the count of each chapter.
 """
@@ -42,10 +44,12 @@ _DISPLAY_MATH = re.compile(r"\$\$.*?\$\$", re.DOTALL)
 _ENVIRONMENT = re.compile(r"\\begin\{(?P<env>[\w*]+)\}.*?\\end\{(?P=env)\}", re.DOTALL)
 _INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(?:[^$\\]|\\.)+?\$")
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_CITATION = re.compile(r"\{cite(?::\w+)?\}`[^`]*`")     # a citation's keys are not words
 _ROLE = re.compile(r"\{[\w:.-]+\}")
 _TARGET = re.compile(r"<[^<>\n]*>")        # role targets (`Chapter 4 <ch04_muon>`) and HTML tags
 _URL = re.compile(r"\]\([^)\s]*\)")
 _WORD = re.compile(r"[^\W_]+(?:['’.][^\W_]+)*")
+_SECTION = re.compile(r"^##(?!#)\s*(?P<title>.*)$", re.MULTILINE)
 
 
 def _closes(line: str, fence: str) -> bool:
@@ -83,7 +87,7 @@ def _kept_lines(lines: list[str]) -> list[str]:
 def main_line_text(markdown: str) -> str:
     """The prose of one markdown cell that counts towards the main line."""
     text = "\n".join(_kept_lines(markdown.splitlines()))
-    for pattern in (_COMMENT, _DISPLAY_MATH, _ENVIRONMENT, _INLINE_MATH, _URL, _ROLE, _TARGET):
+    for pattern in (_COMMENT, _DISPLAY_MATH, _ENVIRONMENT, _INLINE_MATH, _URL, _CITATION, _ROLE, _TARGET):
         text = pattern.sub(" ", text)
     return text
 
@@ -93,12 +97,28 @@ def count_words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
+def _outside_appendix(markdown_cells: list[str]) -> list[str]:
+    """The markdown of the cells with the appendix sections cut out (a section starts at
+    a level-2 heading and ends at the next one)."""
+    kept, in_appendix = [], False
+    for text in markdown_cells:
+        pieces, last = [], 0
+        for match in _SECTION.finditer(text):
+            if not in_appendix:
+                pieces.append(text[last:match.start()])
+            in_appendix, last = match.group("title").strip().lower().startswith("appendix"), match.start()
+        if not in_appendix:
+            pieces.append(text[last:])
+        kept.append("".join(pieces))
+    return kept
+
+
 def main_line_words(notebook: dict | str | Path) -> int:
     """The main line's length of a notebook (a path or its parsed JSON), in words."""
     if not isinstance(notebook, dict):
         notebook = json.loads(Path(notebook).read_text())
-    cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
-    return sum(count_words(main_line_text("".join(cell["source"]))) for cell in cells)
+    cells = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
+    return sum(count_words(main_line_text(text)) for text in _outside_appendix(cells))
 
 
 def main(paths: list[str]) -> int:
