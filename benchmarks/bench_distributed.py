@@ -43,8 +43,9 @@ sharded by ``fully_shard`` (per block and on the root); what is printed per step
 (the fastest of ``--blocks`` interleaved blocks, per block the slowest process) and the bytes
 each process hands to collectives, *measured*: every ``torch.distributed`` collective is
 wrapped and counts its input tensor (FSDP2's all-gathers and reduce-scatters, the optimizers'
-statistics reductions and all-to-alls), and DDP's gradient all-reduce, which runs in C++, is
-counted by a communication hook on its buckets. Under FSDP2 the matrix optimizers gather each
+statistics reductions and all-to-alls); DDP's gradient all-reduce, which runs in C++, is routed
+through a communication hook that calls torch's own all-reduce hook, i.e. the wrapped
+``dist.all_reduce``, so each bucket is counted once. Under FSDP2 the matrix optimizers gather each
 matrix's rows on an owner process and scatter the result back (:mod:`isolab.fsdp`): about
 two gradients' worth of extra bytes per step against DDP's one all-reduce, in exchange for
 parameters, gradients and optimizer state held in shards.
@@ -217,8 +218,7 @@ def fsdp_worker(rank, world, args):
     data = lm.stdlib_corpus(max_bytes=2_000_000)
     gen = torch.Generator().manual_seed(1 + rank)
 
-    def ddp_hook(state, bucket):
-        counter[0] += bucket.buffer().numel() * bucket.buffer().element_size()
+    def ddp_hook(state, bucket):  # torch's own all-reduce of the bucket, through the wrapped dist.all_reduce
         return default_hooks.allreduce_hook(state, bucket)
 
     runs = {}
