@@ -119,3 +119,19 @@ def test_y_axis_fits_each_optimizer():
         assert lo <= low[finite].min() and high[finite].max() <= hi or hi == ch05.Y_CEILING
         if opt != "SGD" and not wd:
             assert hi - lo < 4 and (high[finite].max() - low[finite].min()) / (hi - lo) > 0.6
+
+
+def test_things_to_try_of_section_5_9():
+    """The section's things to try, over the explorable's grid: with SGD and two layers the
+    title reports a rate from lr ≈ 0.03 on and not below; four layers overflow within
+    seventy steps at every lr; with weight decay the title reports a collapse below η*
+    (except at 0.0316, next to it) and a growth above it."""
+    star = 2 * 0.3 / (0.3**2 + 16)
+    for lr in ch05.EXPLORE_LRS:
+        plain, decayed = ch05.describe(2, "SGD", 0.0, lr), ch05.describe(2, "SGD", 0.3, lr)
+        assert ("rate" in plain) == (lr > 0.03)
+        assert ch05.run_summary(4, "SGD", 0.0, lr)["last"] < 71
+        if lr < 0.03:
+            assert "shrinks exponentially" in decayed
+        elif lr > star:
+            assert "exponential growth" in decayed
