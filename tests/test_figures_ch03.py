@@ -74,6 +74,20 @@ def test_offdiagonal_share_and_batchnorm_share():
     assert stats.batchnorm_share > 0.95
 
 
+def test_activation_isotropy_is_about_correlations_not_the_mean():
+    """§3.7 measures isotropy about the mean: a common offset of every unit (as ReLU
+    outputs have) changes nothing, though the uncentered XᵀX of the same batch would
+    collapse onto the mean's direction."""
+    gen = generator(1)
+    H = torch.randn(1000, 8, generator=gen, dtype=torch.float64)
+    shifted = ch03.activation_stats(H + 5.0, classes=2)
+    plain = ch03.activation_stats(H, classes=2)
+    assert shifted.isotropy["none"] == pytest.approx(plain.isotropy["none"], abs=1e-9)
+    assert shifted.isotropy["zca"] == pytest.approx(1.0, abs=1e-9)
+    from isolab.book import isotropy
+    assert isotropy.feature_isotropy(H + 5.0, "covariance").item() < 0.3 < plain.isotropy["none"]
+
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -48,7 +48,8 @@ from isolab.book.seeding import generator
 __all__ = [
     "METHOD_LABELS", "method_line", "hero", "reachable_alignment", "reachable", "rotation_distances",
     "axis_swap", "diagonals", "isotropy_bars", "kappa_sweep", "LR_GRID", "TrainingRun", "train_inputs",
-    "best_lr", "lr_scores", "steps_to", "training_checks", "training", "ActivationStats", "correlation", "offdiagonal_share", "activation_stats", "activations", "normalization_data",
+    "best_lr", "lr_scores", "steps_to", "training_checks", "training", "ActivationStats", "correlation",
+    "offdiagonal_share", "centered_isotropy", "activation_stats", "activations", "normalization_data",
     "draw_normalizations", "normalizations", "EXPLORABLES",
 ]
 
@@ -139,7 +140,7 @@ def hero(n: int = 160, kappa: float = 9.0, degrees: float = 40.0, seed: int = 3)
                     fontweight="bold", zorder=5)
     for ax, (name, Z) in zip(axes[1:], whitened.items()):
         move = (X - Z).square().sum(-1).mean().item()
-        formula = "Z = X C^-1/2" if name == "ZCA" else "Z = X V Λ^-1/2"
+        formula = r"$Z = XC^{-1/2}$" if name == "ZCA" else r"$Z = XV\Lambda^{-1/2}$"
         frame(ax, f"{name}: {formula}\nmean move ‖x − z‖² = {move:.2f}")
         ax.plot(*X.numpy().T, "o", color=MUTED, ms=3, alpha=0.5, mew=0, zorder=1)
         ax.plot(*Z.numpy().T, "o", color=DATA, ms=3.5, alpha=0.6, mew=0, zorder=2)
@@ -221,7 +222,8 @@ def rotation_distances(distances: torch.Tensor, zca: float, pca: float) -> Figur
         ax.axvline(value, color=color, lw=2.5)
         label = f" {name} {value:.2f} " if side == "left" else f" {name} {value:.2f} "
         ax.text(value, top * height, label, color=color, va="top", ha=side, fontsize=SMALL)
-    ax.set(xlabel="mean squared move ‖x − z‖² of the whitening X C^-1/2 Q", ylabel="rotations Q", xlim=(0, None))
+    ax.set(xlabel=r"mean squared move $\|x - z\|^2$ of the whitening $XC^{-1/2}Q$", ylabel="rotations Q",
+           xlim=(0, None))
     ax.set_title(f"No rotation of ZCA moves the data less: ZCA {zca:.2f}, best random rotation {values.min():.2f}")
     fig.tight_layout()
     return fig
@@ -550,7 +552,7 @@ def training(runs: Sequence[TrainingRun], threshold: float) -> Figure:
 class ActivationStats(NamedTuple):
     """How isotropic and how diagonal one layer's activations ``H`` (``b × d``) are."""
 
-    isotropy: dict      # method -> covariance-side isotropy after that normalization
+    isotropy: dict      # method -> centered covariance-side isotropy after that normalization
     offdiagonal: float  # off-diagonal share of ‖R‖²_F, R the correlation matrix (= BatchNorm's output covariance)
     batchnorm_share: float  # (BatchNorm - none) / (ZCA - none): how much of whitening's gain BatchNorm gets
     top_share: float    # share of the centered variance in the top (classes - 1) principal directions
@@ -573,11 +575,23 @@ def offdiagonal_share(R: torch.Tensor) -> float:
     return ((R - torch.diag(R.diagonal())).square().sum() / R.square().sum()).item()
 
 
+def centered_isotropy(Z: torch.Tensor) -> float:
+    """The covariance-side isotropy of ``Z`` about its mean: how evenly ``Cov(Z)`` spreads
+    over the directions, the question of correlations (a common mean, such as that of
+    ReLU outputs, is a rank-one term of ``ZᵀZ`` that says nothing about them)."""
+    return isotropy.feature_isotropy(Z - Z.mean(0), "covariance").item()
+
+
+def _normalized(H: torch.Tensor, method: str) -> torch.Tensor:
+    """``H`` after ``method``; ZCA centers first, as BatchNorm and LayerNorm do, so that its
+    output covariance is the identity."""
+    return whiten(H, center=True) if method == "zca" else normalization.normalize(H, method)
+
+
 def activation_stats(H: torch.Tensor, classes: int) -> ActivationStats:
-    """See :class:`ActivationStats`; isotropy as in the rest of the chapter (uncentered
-    ``X^T X``, except that BatchNorm and LayerNorm center as the layers do)."""
-    iso = {m: isotropy.feature_isotropy(normalization.normalize(H, m), "covariance").item()
-           for m in ("none", "batch", "layer", "rms", "zca")}
+    """See :class:`ActivationStats`; every isotropy is the centered one
+    (:func:`centered_isotropy`), so that it measures the correlations between units."""
+    iso = {m: centered_isotropy(_normalized(H, m)) for m in ("none", "batch", "layer", "rms", "zca")}
     R = correlation(H)
     Hc = H - H.mean(0)
     eig = torch.linalg.eigvalsh(Hc.T @ Hc).flip(0)
@@ -615,7 +629,7 @@ def activations(stats: Mapping[str, ActivationStats], heatmaps: Sequence[str], r
                 ax.text(xi, v + 0.03, f"{stats[name].batchnorm_share:.0%}", ha="center", va="bottom", fontsize=SMALL,
                         color=method_color(m))
     ax.set_xticks(range(len(names)), [name.replace(", ", "\n") for name in names], fontsize=SMALL)
-    ax.set(ylim=(0, 1.05), ylabel="covariance-side isotropy")
+    ax.set(ylim=(0, 1.05), ylabel="isotropy of Cov(Z), centered")
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=SMALL, ncol=5, handlelength=1.0, columnspacing=0.8,
               borderaxespad=0.2)
     fig.text(0.55, 0.95, "% over the BatchNorm bar: its share of whitening's gain", fontsize=SMALL)
@@ -695,36 +709,41 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
         raise FigureMessage("BatchNorm needs at least two samples: with b = 1 every feature is zero.")
     data = normalization_data(kappa, angle, batch, sampler)
     methods = normalization.METHODS
-    ax_cloud, ax_spec, ax_bar = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.3, 1, 1]})
+    ax_cloud, ax_spec, ax_bar = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.25, 1, 1]})
     shown, frame, points, colors = min(batch, 150), [], [], []
     for k, m in enumerate(methods):
-        cx, cy = 2.35 * (k % 3), -2.55 * (k // 3)
+        cx, cy = 2.5 * (k % 3), -2.75 * (k // 3)
         Z = data["clouds"][m][:shown]
         points.append(torch.tensor([cx, cy]) + 0.95 * Z / Z.abs().max())
         colors += [method_color(m)] * shown
         frame += [(cx - 1, cy - 1), (cx + 1, cy - 1), (cx + 1, cy + 1), (cx - 1, cy + 1), (cx - 1, cy - 1),
                   (math.nan, math.nan), (cx - 1, cy), (cx + 1, cy), (math.nan, math.nan), (cx, cy - 1), (cx, cy + 1),
                   (math.nan, math.nan)]
-        ax_cloud.text(cx, cy + 1.06, METHOD_LABELS[m], ha="center", va="bottom", fontsize=SMALL, color=style.text_color(method_color(m)))
+        ax_cloud.text(cx, cy + 1.08, SHORT_LABELS[m], ha="center", va="bottom", fontsize=SMALL,
+                      color=style.text_color(method_color(m)))
     ax_cloud.plot(*zip(*frame), color=MUTED, lw=0.8)
     points = torch.cat(points)
     ax_cloud.scatter(points[:, 0], points[:, 1], s=4 if batch > 32 else 14, c=colors, linewidths=0)
-    ax_cloud.set(xlim=(-1.1, 5.8), ylim=(-3.65, 1.6), xticks=[], yticks=[], aspect="equal")
-    ax_cloud.set_xlabel("coordinate 1 (each cloud rescaled)", fontsize=SMALL)
+    ax_cloud.set(xlim=(-1.1, 6.1), ylim=(-3.85, 1.75), xticks=[], yticks=[], aspect="equal")
+    ax_cloud.set_xlabel("coordinate 1", fontsize=SMALL)
     ax_cloud.set_ylabel("coordinate d", fontsize=SMALL)
+    ax_cloud.set_title("the batch after each", loc="left", fontsize=SMALL)
     for spine in ax_cloud.spines.values():
         spine.set_visible(False)
 
     rank = data["rank"]
     index = np.arange(1, rank + 1)
     for m in methods:
-        ax_spec.plot(index, data["spectrum"][m].numpy(), color=method_color(m), lw=1.8, ls=_METHOD_LOOK[m][2])
+        ax_spec.plot(index, data["spectrum"][m].numpy(), color=method_color(m), lw=1.8, ls=_METHOD_LOOK[m][2],
+                     label=SHORT_LABELS[m])
     ax_spec.set_yscale("log")
     log_ticks(ax_spec.yaxis, [-4, -2, 0])
     ax_spec.set(xlim=(0.5, D_EXPLORE + 0.5), ylim=(SPECTRUM_FLOOR / 1.5, 60), xticks=[1, 8, 16])
     ax_spec.set_xlabel("eigenvalue index", fontsize=SMALL)
     ax_spec.set_ylabel("eigenvalue / mean", fontsize=SMALL)
-    ax_spec.set_title(f"spectrum of ZᵀZ/b (b = {batch})", fontsize=SMALL)
+    ax_spec.set_title(f"spectrum of ZᵀZ/b\nb = {batch}", loc="left", fontsize=SMALL)
+    ax_spec.legend(loc="lower left", ncol=2, fontsize=SMALL, handlelength=1.6, columnspacing=0.8, labelspacing=0.2,
+                   borderaxespad=0.1)
 
     x = np.arange(len(methods))
     bar_colors = [method_color(m) for m in methods]
@@ -733,12 +752,13 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
                edgecolor=TARGET, linewidth=0.5)
     ax_bar.axhline(rank / D_EXPLORE, color=BOUND, lw=1.2, ls=":")
     ax_bar.axhline(rank / batch, color=BOUND, lw=1.2, ls="--")
-    ax_bar.set_xticks(x, [SHORT_LABELS[m] for m in methods], fontsize=SMALL)
+    ax_bar.set_xticks(x, [SHORT_LABELS[m] for m in methods], fontsize=SMALL, rotation=60, ha="right",
+                      rotation_mode="anchor")
     ax_bar.set_ylim(0, 1.08)
     ax_bar.set_yticks([0, 0.5, 1], ["0", "0.5", "1"])
     ax_bar.tick_params(axis="y", labelsize=SMALL)
-    ax_bar.set_title(f"BatchNorm {data['cov']['batch']:.2f}, ZCA {data['cov']['zca']:.2f}", fontsize=SMALL)
-    ax_bar.set_ylabel("isotropy: solid cov, hatched Gram", fontsize=SMALL)
+    ax_bar.set_title(f"isotropy: BN {data['cov']['batch']:.2f}\nsolid cov, hatched Gram", loc="left",
+                     fontsize=SMALL)
 
 
 CAPTION = ("Turn θ: the raw cloud turns, but the spectra and bars of none, RMSNorm, ZCA and PCA do not move "
@@ -759,9 +779,10 @@ def normalizations(sampler: Callable = _sampler) -> Explorable:
          Slider("kappa", KAPPAS, label="κ(Σ)", default=1000),
          Slider("batch", BATCHES, label="batch b", default=128)],
         main="angle",
-        figsize=(style.FIG_WIDTH, 3.3),
-        static_colors=32,
+        figsize=(style.COLUMN_WIDTH, 3.4),
+        static_colors=24,
         caption=CAPTION,
+        alt="Turning the covariance changes what BatchNorm achieves and nothing that sees only the Gram matrix.",
         promises=[
             Promise("the spectra and bars of none, RMSNorm, ZCA and PCA do not move",
                     functools.partial(_gram_only_view, sampler=sampler), _Unchanged(1e-9)),
