@@ -421,6 +421,8 @@ def gram_alignment() -> Explorable:
         figsize=(style.COLUMN_WIDTH, 3.1),
         static_colors=16,
         caption=CAPTION,
+        alt=("The alignment of a gradient step falls as the batch grows relative to the width, and falls "
+             "further as the condition number grows."),
         promises=[
             Promise("the cosine falls as b/d_in grows", _cosine, nonincreasing()),
             Promise("the Gram matrix has b − d_in zero eigenvalues", _zeros_beyond_width,

@@ -44,7 +44,7 @@ __all__ = [
 FIG_WIDTH = 9.0
 #: Width in inches of an explorable that fills the column with its text at its size in
 #: points (an explorable asked for more is drawn at this width; isolab.book.explorable).
-COLUMN_WIDTH = round(COLUMN_PX / DISPLAY_DPI, 2)
+COLUMN_WIDTH = math.floor(100 * COLUMN_PX / DISPLAY_DPI) / 100
 #: Resolution of plain figures in a notebook and on the page, in CSS pixels per inch
 #: (their PNGs have twice the pixels).
 FIGURE_DPI = 80
