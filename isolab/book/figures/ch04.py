@@ -232,7 +232,7 @@ TURN_D_IN, TURN_D_OUT, TURN_DRAWS = 64, 8, 12
 TURN_BATCHES = (2, 4, 8, 16, 32, 64)
 TURN_SCATTER_BATCH = 16
 THETAS = tuple(range(0, 91, 10))
-TURN_KAPPAS = (1, 10, 100)
+TURN_KAPPAS = (1, 3, 10, 100)     # a fifth value would take the frames past 2 MB
 
 
 def plane_rotation(U: torch.Tensor, theta: float) -> torch.Tensor:
@@ -297,14 +297,15 @@ def draw_alignment(fig, theta, kappa):
         name = OPTIMIZER_NAMES[opt]
         target, move = data["entries"][opt]
         ax_entries.plot(target[i], move[i], linestyle="none", marker=style.look(name).marker, markersize=4,
-                        color=style.color(name), alpha=0.7,
-                        label=f"{name} ({_TARGETS[opt]}): {data['efficiency'][opt][i, j]:.2f}")
+                        color=style.color(name), markeredgewidth=0,
+                        label=f"{name} {data['efficiency'][opt][i, j]:.2f}")
     ax_entries.plot([-3, 3], [-3, 3], color=style.ROLES["bound"], linewidth=1.0)
-    ax_entries.set(xlim=(-3, 3), ylim=(-3, 3.4), xlabel="entry of the own target (normalized)",
-                   ylabel="entry of ΔY (normalized)", title=f"one batch, b = {TURN_SCATTER_BATCH}, θ = {theta}°")
+    ax_entries.set(xlim=(-3, 3), ylim=(-3, 3.4), xlabel="entry of −G, −msign(G), −sign(G)",
+                   ylabel="entry of ΔY (normalized)")
+    ax_entries.set_title(f"one batch, b = {TURN_SCATTER_BATCH}\nθ = {theta}°", loc="left", fontsize=style.FONT_SIZE)
     ax_entries.set_xticks([-2, 0, 2])
     ax_entries.set_yticks([-2, 0, 2])
-    ax_entries.legend(loc="upper left", fontsize=_SMALL, markerscale=1.5, handletextpad=0.2, borderaxespad=0.1,
+    ax_entries.legend(loc="lower right", fontsize=_SMALL, markerscale=1.5, handletextpad=0.2, borderaxespad=0.1,
                       title="efficiency", title_fontsize=_SMALL)
     ends = {}
     for opt in ("sgd", "muon", "sign"):
@@ -320,7 +321,8 @@ def draw_alignment(fig, theta, kappa):
         ax_curve.text(TURN_BATCHES[-1] * 1.12, y_label, name, color=style.text_color(style.color(name)), va="center", fontsize=_SMALL)
     ax_curve.axvline(TURN_SCATTER_BATCH, color=style.ROLES["muted"], linewidth=1.0, zorder=0)
     ax_curve.set(xscale="log", xlim=(1.7, 150), ylim=(0, 1.04), xlabel=f"batch size b (d_in = {TURN_D_IN})",
-                 ylabel="descent efficiency (own norm)", title=f"same Gram matrix for every θ; spread κ = {kappa:g}")
+                 ylabel="descent efficiency (own norm)")
+    ax_curve.set_title(f"the same XXᵀ at every θ\nspread κ = {kappa:g}", loc="left", fontsize=style.FONT_SIZE)
     ax_curve.set_xticks(TURN_BATCHES, [str(b) for b in TURN_BATCHES])
     ax_curve.xaxis.set_minor_locator(NullLocator())
     ax_curve.set_yticks([0, 0.25, 0.5, 0.75, 1])
@@ -368,14 +370,16 @@ def alignment_explorable() -> Explorable:
         [Slider("theta", list(THETAS), label="rotation θ (degrees)", default=30),
          Slider("kappa", list(TURN_KAPPAS), label="spread κ of XXᵀ", default=10)],
         main="theta",
-        figsize=(style.FIG_WIDTH, 3.9),
+        figsize=(style.COLUMN_WIDTH, 3.4),
         caption=ALIGNMENT_CAPTION,
+        alt=("Turning the input basis leaves SGD's and Muon's feature moves as they were and makes SignSGD's "
+             "less steep."),
         promises=[
             Promise("SGD's and Muon's curves do not move", sgd_muon_change,
                     always(lambda v: v < 1e-9, "below 1e-9 (rounding)")),
             Promise("SignSGD's falls from its value in the coordinate basis", sign_mean_efficiency, _Falls(0.1, 0.01)),
         ],
-        static_colors=48,
+        static_colors=16,
     )
 
 
@@ -643,7 +647,7 @@ def draw_newton_schulz(fig, steps, polynomial, kappa):
                title=f"{polynomial}, k = {steps}")
     log_ticks(ax_map.xaxis, (-6, -4, -2, 0))
     ax_map.set_yticks([0, 0.5, 1])
-    ax_map.legend(loc="upper left", fontsize=_SMALL, borderaxespad=0.1)
+    ax_map.legend(loc="lower right", fontsize=_SMALL, borderaxespad=0.1)
     for name in NS_POLYNOMIALS:
         ax_err.plot(range(31), errs[name], **POLYNOMIAL_LOOKS[name], markersize=4, markevery=2, label=name)
     ax_err.plot([steps], [errs[polynomial][steps]], "o", markersize=13, fillstyle="none",
@@ -701,8 +705,10 @@ def newton_schulz_explorable() -> Explorable:
          Slider("polynomial", ["cubic", "quintic"], label="polynomial", default="quintic"),
          Slider("kappa", list(NS_SPREADS), label="spread κ(M)", default=100)],
         main="steps",
-        figsize=(style.FIG_WIDTH, 3.4),
+        figsize=(style.COLUMN_WIDTH, 3.2),
         caption=NEWTON_SCHULZ_CAPTION,
+        alt=("As the steps add up, the cubic converges to the matrix sign while the quintic's singular values "
+             "wiggle inside its band."),
         promises=[
             Promise("the dots (what the iteration made of each singular value of M) sit on the curve at every step",
                     ns_dots_off_curve, always(lambda v: v < 1e-9, "below 1e-9")),
