@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -127,3 +129,34 @@ def test_adam_promises_fail_when_eps_is_ignored():
     law = [math.sqrt(0.1 / 1.9) * math.sqrt(64 / b) / 1e-2 for b in ch07.NOISE_BATCHES]
     wrong = [flat[i] / law[i] if b >= 100 / 1e-4 else None for i, b in enumerate(ch07.NOISE_BATCHES)]
     assert not promise.holds(wrong)
+
+
+def test_batch_slider_moves_both_panels():
+    """The reviewers' complaint: the batch slider moved only a cursor over a panel that never
+    changed. Now the left panel draws one run's steps at the chosen b (SGD's and Iso's traces
+    fall a decade per two decades of b, Adam's does not), labelled and with y ticks; the
+    right panel draws the curves up to the chosen b."""
+    e = ch07.batch_noise_explorable()
+    levels = {}
+    for batch in (10**2, 10**6):
+        fig = e.render(strict=True, batch=batch, beta2=0.999, eps=1e-8)
+        left, right = fig.axes[:2]
+        assert {t.get_text() for t in left.texts} >= {"SGD", "Iso", "Adam"}
+        assert len(left.get_yticks()) >= 3
+        levels[batch] = [np.median(line.get_ydata()[100:]) for line in left.lines[:3]]  # SGD, Iso, Adam
+        drawn = [len(line.get_xdata()) for line in right.lines[1::3]]                   # up to b
+        assert drawn == [ch07.NOISE_BATCHES.index(batch) + 1] * 3
+    drop = [a - b for a, b in zip(levels[10**2], levels[10**6])]                        # decades
+    assert abs(drop[0] - 2) < 0.2 and abs(drop[1] - 2) < 0.3 and abs(drop[2]) < 0.2
+
+
+def test_short_memory_things_to_try():
+    """'Lower β2 to 0.1: the trace gets rougher, the level about twice as high': over the
+    stationary steps, Adam's β2 = 0.1 run fluctuates more (relative spread) and sits 1.7 to
+    2.5 times higher than the β2 = 0.999 run, at every batch size from 10 on."""
+    runs = ch07.noise_runs()
+    short, long = runs["adam", 0.1, 1e-8], runs["adam", 0.999, 1e-8]
+    for i in range(1, len(ch07.NOISE_BATCHES)):
+        a, b = short[ch07.STATIONARY_FROM:, 0, i], long[ch07.STATIONARY_FROM:, 0, i]
+        assert (a.std() / a.mean()) > (b.std() / b.mean())
+        assert 1.7 < (a.mean() / b.mean()).item() < 2.5

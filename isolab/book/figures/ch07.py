@@ -61,7 +61,7 @@ STATIONARY_FROM = 100
 #: Iso as the book runs it, every hyperparameter explicit (learning rate 1: the step is step/lr)
 ISO_HYPER = dict(momentum=0.95, nesterov=True, beta_cov=0.95, damping=1e-3, root_interval=10)
 BETA2S = [0.1, 0.9, 0.999]
-EPSILONS = [1e-8, 1e-3]
+EPSILONS = [1e-8, 1e-6, 1e-4, 1e-3, 1e-2]
 
 
 @functools.lru_cache(maxsize=None)
@@ -296,8 +296,9 @@ def noise_figure(powers, norms: dict, n: int, m: int) -> Figure:
 
 # ----------------------------------------------------------------------------- explorable (7.8)
 EX_BATCHES = NOISE_BATCHES                      # main slider: 13 decades
-EX_BETA2S = [0.1, 0.999]                         # 0.9 looks like 0.999: two values keep the frames within 2 MB
-_TRACE = 150                                     # the right panel's first 150 steps: Adam settles within tens
+EX_BETA2S = [0.1, 0.999]                         # 0.9 looks like 0.999
+EX_EPSILONS = [1e-8, 1e-4, 1e-2]                 # with 13 batches and 2 β2's: 78 frames (four ε's: 2.7 MB)
+_TRACE = 150                                     # the left panel's first 150 steps: Adam settles within tens
 _TRACE_STEPS = np.arange(1, _TRACE + 1)
 
 
@@ -331,6 +332,16 @@ def _scaled(key):
     return measure
 
 
+def _trace_level(name: str):
+    """The median step of one run over its steps 100-150 at the chosen b, times √b: constant
+    where the left panel's trace falls a decade for every two decades of b."""
+    def measure(batch, beta2, eps):
+        key = {"SGD": "sgd", "Iso": "iso"}.get(name, ("adam", beta2, eps))
+        trace = noise_runs()[key][STATIONARY_FROM:_TRACE, 0, NOISE_BATCHES.index(batch)]
+        return float(trace.median() * math.sqrt(batch))
+    return measure
+
+
 @functools.lru_cache(maxsize=None)
 def _log_stationary(key) -> np.ndarray:
     return np.log10(_stationary(key))
@@ -353,52 +364,64 @@ def _log_labels(ax, axis: str, exponents) -> None:
     getattr(ax, f"set_{axis}ticks")(list(exponents), [power_of_ten(e) for e in exponents])
 
 
+def _keys(beta2, eps):
+    return (("SGD", "sgd"), ("Iso", "iso"), ("Adam", ("adam", beta2, eps)))
+
+
 def _draw_batch_noise(fig, batch, beta2, eps):
     # log10 of the data on linear axes: the same picture as log axes, set up faster
-    ax_b, ax_t = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.2, 1]})
+    ax_t, ax_b = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]})
     i = NOISE_BATCHES.index(batch)
-    keys = (("SGD", "sgd"), ("Iso", "iso"), ("Adam", ("adam", beta2, eps)))
-    for name, key in keys:
+    # left: the steps of one run at the chosen b, each labelled at its end
+    trace = dict(markers=False, linestyle="-", lw=1.5)
+    ends = {}
+    for name, key in _keys(beta2, eps):
+        y = _log_trace(key, i)
+        ax_t.plot(_TRACE_STEPS, y, **style.line(name, **trace))
+        ends[name] = float(np.median(y[-30:]))
+    for name, y in zip(ends, style.spread_labels(list(ends.values()), 0.55)):
+        ax_t.text(_TRACE + 3, y, name, color=style.text_color(style.color(name)), fontsize=_SMALL, va="center")
+    ax_t.set(ylim=_LOG_YLIM, xlim=(0, _TRACE), xlabel="step", ylabel="‖step‖ / lr", xticks=[0, 150])
+    _log_labels(ax_t, "y", [-6, -3, 0])
+    ax_t.set_title(f"the steps of one run\nat b = {batch:.0e}", fontsize=style.FONT_SIZE)
+    # right: the mean step of steps 100-299 against b, drawn up to the chosen b
+    for name, key in _keys(beta2, eps):
         y = _log_stationary(key)
-        ax_b.plot(_LOG_B, y, **style.line(name, markers=False))
-        style.label_end(ax_b, _LOG_B, y, name, optimizer=name)
-    ax_b.axvline(math.log10(batch), color=style.ROLES["highlight"], lw=1.5)
+        ax_b.plot(_LOG_B, y, color=style.color(name), lw=1, alpha=0.35)            # the whole curve, faint
+        ax_b.plot(_LOG_B[:i + 1], y[:i + 1], **style.line(name, markers=False))   # up to the chosen b
+        ax_b.plot([_LOG_B[i]], [y[i]], marker=style.look(name).marker, color=style.color(name), ms=7)
     log_b_star = -2 * math.log10(eps)
     if log_b_star <= _LOG_B[-1]:
         ax_b.axvline(log_b_star, color=style.color("Adam"), ls=":", lw=1.5)
         ax_b.text(log_b_star + 0.2, -6.6, "b* = 1/ε²", color=style.text_color(style.color("Adam")), fontsize=_SMALL)
     else:
-        ax_b.text(0.2, -6.6, f"b* = 1/ε² = {eps**-2:.0e}: off the chart", color=style.text_color(style.color("Adam")), fontsize=_SMALL)
-    ax_b.set(xlim=(0, 12), ylim=_LOG_YLIM, xlabel="batch size b", ylabel="‖step‖ / lr")
+        ax_b.text(0.2, -6.6, f"b* = 1/ε² = {eps**-2:.0e}: off the chart", color=style.text_color(style.color("Adam")),
+                  fontsize=_SMALL)
+    ax_b.set(xlim=(0, 12), ylim=_LOG_YLIM, xlabel="batch size b")
     _log_labels(ax_b, "x", [0, 6, 12])
     _log_labels(ax_b, "y", [-6, -3, 0])
-    ax_b.set_title(f"mean of steps 100-299, ε = {eps:.0e}, β2 = {beta2}", fontsize=style.FONT_SIZE)
-    trace = dict(markers=False, linestyle="-", lw=1.5)
-    for name, key in keys:
-        ax_t.plot(_TRACE_STEPS, _log_trace(key, i), **style.line(name, **trace))
-    ax_t.set(ylim=_LOG_YLIM, xlim=(0, _TRACE), xlabel="step (same y-axis as on the left)", yticks=[], xticks=[0, 150])
-    ax_t.set_title(f"one run at b = {batch:.0e}", fontsize=style.FONT_SIZE, color=style.text_color(style.ROLES["highlight"]))
+    ax_b.set_title(f"mean of steps 100–299 against b\nAdam's ε = {eps:.0e}, β2 = {beta2}", fontsize=style.FONT_SIZE)
 
 
-CAPTION = ("Zero true gradient, n = m = 8, the real optimizers fed the same batches: move the batch size b "
-           "and watch the SGD steps shrink like 1/√b, and Iso's with them, while Adam's stay the same size "
-           "from b = 100 until b nears b* = 1/ε² (raise ε to bring b* into view), and fall like 1/√b "
-           "beyond it. Right: the steps of one run at the chosen b.")
+CAPTION = ("Zero true gradient, n = m = 8, the real optimizers fed the same batches. Left: the steps of one run at "
+           "the chosen batch size; right: the mean step against the batch size, drawn up to it. Move the batch "
+           "size b and watch the SGD steps shrink like 1/√b, and Iso's with them, while Adam's stay the same size "
+           "from b = 100 until b nears b* = 1/ε² (raise ε to bring b* into view), and fall like 1/√b beyond it.")
 
 
 def batch_noise_explorable() -> Explorable:
-    """7.8: stationary step norms of SGD, Iso and Adam against b (left) and one run's steps
-    at the chosen b (right); sliders b (13 decades, main), Adam's β2 and ε."""
+    """7.8: one run's steps at the chosen b (left) and the stationary step norms of SGD, Iso
+    and Adam against b (right); sliders b (13 decades, main), Adam's β2 and ε."""
     noise_runs()
     near_one = lambda v: 0.85 <= v <= 1.15  # noqa: E731
     return Explorable(
         _draw_batch_noise,
         [Slider("batch", EX_BATCHES, label="batch b", default=10**3, fmt="{:.0e}"),
          Slider("beta2", EX_BETA2S, label="β2", default=0.999),
-         Slider("eps", EPSILONS, label="ε", default=1e-3, fmt="{:.0e}")],
+         Slider("eps", EX_EPSILONS, label="ε", default=1e-8, fmt="{:.0e}")],
         main="batch",
-        static_colors=32,
-        figsize=(style.FIG_WIDTH, 3.2),
+        static_colors=16,   # three optimizers, their faint copies and text
+        figsize=(style.FIG_WIDTH, 3.1),
         caption=CAPTION,
         promises=[
             Promise("watch the SGD steps shrink like 1/√b", _scaled("sgd"), constant(rtol=0.1)),
