@@ -135,3 +135,36 @@ def test_saved_muon_controls_are_what_the_code_computes():
     growth, saved_growth = exact.max() / exact[0], (lambda g: g.max() / g[0])(saved["exact polar factor", "shadow"])
     assert 10 < growth < 1000 and 10 < saved_growth < 1000    # amplified, digits CPU-dependent
     assert saved["no momentum", "twin"].max() > 1e-3 and saved["no momentum", "shadow"].max() / 1e-12 > 1000
+
+
+def test_explorable_shows_the_angle_and_theta_zero():
+    """The right panel carries what the main slider changes (each optimizer's largest gap
+    at every θ, the chosen θ marked), so θ = 0 is a frame with content, not a message:
+    its left panel says why there are no curves and names the optimizers."""
+    e = ch08.rotation_explorable()
+    fig = e.render(strict=True, theta=0.0, lr_scale=1.0)
+    left, right = fig.axes
+    texts = " ".join(t.get_text() for t in left.texts)
+    assert "exactly 0" in texts and left.get_legend() is not None
+    assert len(right.lines) == len(ch08.NAMES) + 1          # one curve per optimizer and the marker
+    gaps = ch08.max_gaps(1.0)
+    assert all(g[0] == 0 for g in gaps.values())            # θ = 0: the twin is the network
+    assert gaps["Adam"][ch08.THETAS.index(1.0)] > 1e3 * gaps["Muon"][ch08.THETAS.index(1.0)]
+
+
+def test_things_to_try_of_section_8_7():
+    """The section's things to try, on the stored grid: Adam's largest gap grows roughly in
+    proportion to θ up to 0.2 (gap/θ within a factor 1.5) and levels off beyond θ = 1 (the
+    gap at θ = 3 within 30% of the gap at θ = 1); at three times its learning rate Muon's
+    gap climbs to about 1e-5 and Iso's run diverges within ten steps at every θ > 0."""
+    for scale in ch08.LR_SCALES:
+        per_radian = [ch08.adam_gap(t, scale) / t for t in ch08.THETAS if 0 < t <= 0.2]
+        assert max(per_radian) / min(per_radian) < 1.5
+        assert abs(ch08.adam_gap(3.0, scale) / ch08.adam_gap(1.0, scale) - 1) < 0.3
+    muon = [ch08._max_gap(t, 3.0, "Muon") for t in ch08.THETAS[1:]]
+    assert 1e-6 < max(muon) < 1e-4
+    d = ch08.rotation_runs()
+    j, k = ch08.LR_SCALES.index(3.0), ch08.NAMES.index("Iso")
+    for i, theta in enumerate(ch08.THETAS):
+        if theta > 0:
+            assert np.flatnonzero(np.isfinite(d["gap"][i, j, k]))[-1] < 10

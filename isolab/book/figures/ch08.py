@@ -43,7 +43,7 @@ from matplotlib.ticker import NullLocator
 from isolab import linalg, updates
 
 from isolab.book import residual
-from isolab.book.explorable import Explorable, FigureMessage, Promise, Slider, always
+from isolab.book.explorable import Explorable, Promise, Slider, always
 from isolab.book.figures import style
 from isolab.book.figures.saved import saved_result
 from isolab.optim import Iso, IsoAdam, Muon, SignSGD
@@ -113,7 +113,7 @@ def optimizer(name: str, lr: float, *, ends_to_adam: bool = False, **options):
                      root_tol=None, warmup_steps=0, weight_decay=0.0, stats_dtype=torch.float64)
     # the plain damping rule, and Muon's original learning-rate scale, wherever the library offers others
     whitening.update(shrinkage=False)  # the plain rule: no extra damping for rank-deficient batches
-    muon_extra = dict(adjust_lr="original")
+    muon_extra = dict(adjust_lr_fn="original")
     if name == "SGD":
         kw = dict(lr=lr, momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=False, **options)
         return lambda net: torch.optim.SGD(net.parameters(), **kw)
@@ -365,27 +365,56 @@ class GrowsUpTo:
         return f"non-decreasing for θ <= {self.limit:g}"
 
 
+def max_gaps(lr_scale) -> dict:
+    """``{optimizer: [largest gap at each θ of the grid]}`` at one learning-rate factor (0 at
+    θ = 0, where the twin is the network itself)."""
+    return {name: [_max_gap(theta, lr_scale, name) for theta in THETAS] for name in NAMES}
+
+
+_FLOOR = 1e-17      # exact zeros are drawn on the floor of the log axis
+
+
 def draw_rotation(fig, theta, lr_scale):
-    if theta == 0:
-        raise FigureMessage("θ = 0: Q = I, so the twin is an exact copy and every gap is exactly 0 "
-                            "(nothing to draw on a log scale). Move θ to rotate.")
+    """Left: the output gap against the step at the chosen θ, one curve per optimizer,
+    labelled with its held-out loss. Right: each optimizer's largest gap against θ (the
+    grid's θ evenly spaced, θ = 0 included), the chosen θ marked."""
     runs = _run(theta, lr_scale)
-    ax = fig.add_subplot()
-    fig.subplots_adjust(left=0.1, right=0.68, bottom=0.14, top=0.88)  # room for the labels on the right
+    ax, ax_t = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.45, 1]})
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.16, top=0.86, wspace=0.7)
     steps = np.arange(EXPLORE_STEPS + 1)
-    ends = {}
-    for name, (gap, loss) in runs.items():
-        ax.plot(steps, np.maximum(gap, 1e-17), **style.line(name, markevery=20))
-        finite = np.flatnonzero(np.isfinite(gap))
-        if finite[-1] == EXPLORE_STEPS:  # the label also says how well the run trained
-            ends[f"{name}  {loss[-1]:.3f}"] = max(float(gap[-1]), 1e-17)
-        else:  # diverged: label the curve where it stops
-            ends[f"{name}  diverged at step {finite[-1] + 1}"] = (float(finite[-1]), max(float(gap[finite[-1]]), 1e-17))
+    if theta == 0:
+        ax.text(0.5, 0.5, "θ = 0: Q = I, the twin is the\nnetwork itself; every gap is\nexactly 0 at every step",
+                transform=ax.transAxes, ha="center", va="center", fontsize=style.FONT_SIZE,
+                color=style.ROLES["ink"])
+        for name in runs:   # no curves to label: name the optimizers of the right panel here
+            ax.plot([], [], **style.line(name))
+        ax.legend(loc="lower center", ncol=3, fontsize=_SMALL, frameon=False)
+    else:
+        ends = {}
+        for name, (gap, loss) in runs.items():
+            ax.plot(steps, np.maximum(gap, _FLOOR), **style.line(name, markevery=20))
+            finite = np.flatnonzero(np.isfinite(gap))
+            if finite[-1] == EXPLORE_STEPS:  # the label also says how well the run trained
+                ends[f"{name}  {loss[-1]:.3f}"] = max(float(gap[-1]), _FLOOR)
+            else:  # diverged: label the curve where it stops
+                ends[f"{name}  stops at {finite[-1] + 1}"] = (float(finite[-1]), max(float(gap[finite[-1]]), _FLOOR))
+        _label_curves(ax, ends, log=True, min_gap=1.3, x_end=EXPLORE_STEPS, upper=0.2)
     _log_gap_axes(ax, EXPLORE_STEPS, ticks=(1e-15, 1e-10, 1e-5, 1))
     ax.set_xticks([0, 50, 100])
-    ax.set(ylabel="output gap ‖f − f′‖/‖f‖",
-           title=f"θ = {theta:g} rad, learning rates × {lr_scale:g}   (labels: held-out MSE)")
-    _label_curves(ax, ends, log=True, min_gap=1.3, x_end=EXPLORE_STEPS, upper=0.2)
+    ax.set(ylabel="output gap ‖f − f′‖/‖f‖", title=f"θ = {theta:g} rad, learning rates × {lr_scale:g}")
+    # right: the largest gap of each optimizer at every angle
+    x = np.arange(len(THETAS))
+    for name, gaps in max_gaps(lr_scale).items():
+        ax_t.plot(x, np.maximum(gaps, _FLOOR), **style.line(name, markersize=4))
+    ax_t.axvline(THETAS.index(theta), color=style.ROLES["highlight"], lw=1.5, zorder=0)
+    ax_t.set_yscale("log")
+    ax_t.set_yticks([1e-15, 1e-10, 1e-5, 1], ["1e-15", "1e-10", "1e-5", "1"])
+    ax_t.yaxis.set_minor_locator(NullLocator())
+    ticks = [0, THETAS.index(0.1), THETAS.index(1.0), len(THETAS) - 1]
+    ax_t.set(ylim=(_FLOOR, 3), xlim=(-0.3, len(THETAS) - 0.7), xlabel="rotation θ (rad)",
+             ylabel="largest gap")
+    ax_t.set_xticks(ticks, [f"{THETAS[i]:g}" for i in ticks])
+    ax_t.set_title("every angle (labels: left)", fontsize=style.FONT_SIZE)
 
 
 def rotation_explorable() -> Explorable:
@@ -398,10 +427,12 @@ def rotation_explorable() -> Explorable:
         figsize=(style.FIG_WIDTH, 3.6),
         static_colors=48,
         caption=("Output gap between a residual network and its twin rotated by Q = exp(θK), six optimizers, "
-                 "100 steps; each label gives the original network's held-out loss after the 100 steps. Move θ: Adam's gap "
+                 "100 steps. Left: the gap against the step at the chosen angle, each label giving the original "
+                 "network's held-out loss after the 100 steps (a run that diverges stops where its label says); "
+                 "right: each optimizer's largest gap at every angle, the chosen one marked. Move θ: Adam's gap "
                  "grows with the angle up to θ = 1 and then levels off, while SGD and Iso stay below 1e-10 at "
-                 "every angle (a run that diverges stops where its label says). Muon stays more than a "
-                 "hundred times below Adam; at three times its learning rate it amplifies rounding to about 1e-5."),
+                 "every angle. Muon stays more than a hundred times below Adam; at three times its learning rate "
+                 "it amplifies rounding to about 1e-5."),
         promises=[
             Promise("Adam's gap grows with the angle up to θ = 1", adam_gap, GrowsUpTo(1.0)),
             Promise("SGD and Iso stay below 1e-10 at every angle", sgd_iso_worst,
