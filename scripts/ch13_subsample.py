@@ -19,9 +19,13 @@ load from other programs falls on all of them alike), with the quartiles over re
 
 Every IsoAdam hyperparameter is passed by name (``ISOADAM`` of ``ch13_staleness``).
 
+``--jitter-check 1 2 3`` reruns the losses under three jitters of the random draws (as
+``ch13_staleness.py --jitter-check`` does) and saves them beside the saved ones.
+
 Usage::
 
-    python scripts/ch13_subsample.py     # -> results/ch13_subsample.npz (a few minutes, one thread)
+    python scripts/ch13_subsample.py                      # -> results/ch13_subsample.npz (a few minutes)
+    python scripts/ch13_subsample.py --jitter-check 1 2 3  # -> results/ch13_subsample_jitter.npz
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ch13_staleness as staleness  # noqa: E402
 from isolab.book import scaling  # noqa: E402
-from isolab.book.figures.saved import machine_note, saved_result, write_result  # noqa: E402
+from isolab.book.figures.saved import machine_note, saved_result, split_jitter_check, write_result  # noqa: E402
 
 NAME = "ch13_subsample.npz"
+JITTER_NAME = "ch13_subsample_jitter.npz"
 ROWS = (256, 128, 64, 32, 16)
 SCHEDULE = (1, 10)
 TIMING = dict(width=512, depth=3, batch=4096, rows=(4096, 1024, 256), repeats=7, steps=3)
@@ -78,8 +83,8 @@ def timings() -> dict:
             opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         else:
             n = int(name.split("_")[1])
-            opt = IsoAdam(model, lr=1e-3, stat_interval=1, root_interval=10, **staleness.ISOADAM,
-                          stat_rows=None if n >= b else n)
+            settings = {**staleness.ISOADAM, "stat_rows": None if n >= b else n}
+            opt = IsoAdam(model, lr=1e-3, stat_interval=1, root_interval=10, **settings)
         runs[name] = (model, opt)
 
     def steps(name):
@@ -111,13 +116,34 @@ def compute() -> dict:
             "isoadam": np.array(repr({k: str(v) for k, v in staleness.ISOADAM.items()})),
             "timing": np.array(repr({k: v for k, v in TIMING.items()}))}
     data.update(timings())
-    data["command"] = np.array("python " + " ".join(["scripts/ch13_subsample.py"] + sys.argv[1:]))
+    data["command"] = np.array("python scripts/ch13_subsample.py")
     data["info"] = np.array(machine_note("float32"))
     return data
 
 
+def jitter_check(seeds) -> dict:
+    """The losses again under each jitter seed, at the saved learning rate."""
+    from isolab.book.seeding import jittered
+
+    torch.set_num_threads(1)
+    lr = float(np.load(saved_result(NAME))["lr"])
+    runs = []
+    for seed in seeds:
+        with jittered(staleness.JITTER, seed):
+            print(f"jitter {seed}:", flush=True)
+            runs.append(losses(lr))
+    return {"rows": np.array(ROWS), "lr": np.array(lr), "heldout_seeds": np.array(staleness.HELDOUT_SEEDS),
+            "jitter": np.array(staleness.JITTER), "jitter_seeds": np.array(seeds), "heldout_loss": np.array(runs),
+            "command": np.array("python scripts/ch13_subsample.py --jitter-check " + " ".join(map(str, seeds))),
+            "info": np.array(machine_note("float32"))}
+
+
 def main(argv=None):
-    write_result(__doc__.splitlines()[0], NAME, compute, argv)
+    seeds, rest = split_jitter_check(sys.argv[1:] if argv is None else argv)
+    if seeds is None:
+        write_result(__doc__.splitlines()[0], NAME, compute, rest)
+    else:
+        write_result("the saved losses under jitters", JITTER_NAME, lambda: jitter_check(seeds), rest)
 
 
 if __name__ == "__main__":

@@ -449,12 +449,12 @@ def jitter_path(config: dict, part: str, directory: Path | None = None) -> Path:
     return Path(directory or ROOT / "results") / f"{stem}{part}.json"
 
 
-def jitter_check(config: dict, parts, seeds, directory: Path | None = None, verbose: bool = True) -> dict:
+def jitter_check(config: dict, parts, seeds, directory: Path | None = None, labels=None, verbose: bool = True) -> dict:
     """Rerun every saved entry's held-out seeds under each jitter seed (:mod:`isolab.book.seeding`:
     every random draw multiplied by ``1 + 1e-6 u``, a change of the size another CPU's
     rounding makes) and save the per-seed scores to :func:`jitter_path` (one file per
-    part): what Chapter 10 compares its verdicts with. Resumable: entries already saved
-    for a jitter seed are kept."""
+    part): what Chapter 10 compares its verdicts with; ``labels`` limits it to those entries.
+    Resumable: entries already saved for a jitter seed are kept."""
     import json
 
     from isolab.book.seeding import jittered
@@ -464,6 +464,8 @@ def jitter_check(config: dict, parts, seeds, directory: Path | None = None, verb
         out = json.loads(path.read_text()) if path.exists() else {"eps": 1e-6, "entries": {}}
         out.update(command="python scripts/run_sweeps.py " + " ".join(sys.argv[1:]), environment=environment())
         for s in load(output_path(config, part, directory)):
+            if labels is not None and s.label not in labels:
+                continue
             done = out["entries"].setdefault(s.label, {})
             for seed in seeds:
                 if str(seed) in done:
@@ -512,7 +514,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(config["num_threads"])
     if args.jitter_check:
         parts = PARTS if args.part == "all" else (args.part,)
-        jitter_check(config, parts, args.jitter_check, args.out_dir)
+        jitter_check(config, parts, args.jitter_check, args.out_dir, None if args.only is None else set(args.only))
         return 0
     command = " ".join(shlex.quote(a) for a in ["python", "scripts/run_sweeps.py", *(sys.argv[1:] if argv is None
                                                                                         else argv)])

@@ -172,6 +172,23 @@ def test_paired_verdicts_need_every_run(protocol):
     assert ch10.verdict([s, flipped], "a", ["b"]) == "unresolved"
 
 
+def test_rankings_ties_and_the_damping_refutation_read_every_run():
+    """rankings: ahead in every run that holds both; ties: not ahead either way in at least
+    one run; refuted_with_damping asserts Iso is ahead in none of the runs."""
+    from isolab.book.checks import ClaimFailed, report
+
+    base = np.arange(1.0, 21.0)
+    s = {"iso": {"values": base}, "muon": {"values": base * 0.8}, "IsoAdam, damping 1e-4": {"values": base * 0.5}}
+    flip = {"iso": {"values": base}, "muon": {"values": base * 1.25}, "IsoAdam, damping 1e-4": {"values": base * 2}}
+    assert [c.holds for c in ch10.rankings([s, s], [("muon", "iso")])] == [True]
+    assert [c.holds for c in ch10.rankings([s, flip], [("muon", "iso")])] == [False]
+    assert [c.holds for c in ch10.ties([s, flip], [("muon", "iso")])] == [True]
+    assert [c.holds for c in ch10.ties([s, s], [("muon", "iso")])] == [False]
+    report([ch10.refuted_with_damping([s, s])])                 # IsoAdam ahead in both: refuted
+    with pytest.raises(ClaimFailed, match="once IsoAdam's damping is tuned too"):
+        report([ch10.refuted_with_damping([s, flip])])          # Iso ahead in one run
+
+
 def test_the_paper_claims_assert_their_stated_verdicts(protocol):
     from isolab.book.checks import ClaimFailed, report
 

@@ -68,12 +68,37 @@ def test_staleness_figure_and_file():
     lanes = list(saved["lanes"])
     assert lanes[0] == "adam" and "isoadam_1_1" in lanes and "isoadam_100_100" in lanes
     assert saved["heldout_loss"].shape == (len(lanes), len(saved["heldout_seeds"]))
-    assert len(saved["heldout_seeds"]) >= 5
+    assert len(saved["heldout_seeds"]) >= 20 and len(saved["tuning_seeds"]) >= 5
     assert not set(saved["heldout_seeds"]) & set(saved["tuning_seeds"])
+    assert saved["tried_lr"].shape == (len(lanes), int(saved["budget"])), "every lane tried the same count"
     assert saved["lr_interior"].all(), "a tuned learning rate sits at the edge of its grid"
     assert "ch13_staleness.py" in str(saved["command"])
     fig = ch13.staleness_figure(saved)
     assert not _small_text(fig)
+
+
+def test_staleness_and_subsample_tables_label_their_intervals():
+    saved = np.load(saved_result("ch13_staleness.npz", download=False))
+    text = ch13.staleness_table(saved)
+    assert "95.9 % interval" in text and "90%" not in text
+    assert len(text.splitlines()) == 2 + len(saved["lanes"])
+    diffs = ch13.staleness_differences(saved["lanes"], saved["heldout_loss"])
+    assert diffs.splitlines()[1].startswith("isoadam_1_1      - adam")
+    sub = np.load(saved_result("ch13_subsample.npz", download=False))
+    lines = ch13.subsample_table(sub).splitlines()
+    assert lines[1].split()[0] == "256" and "+0.0000 [+0.0000, +0.0000]" in lines[1]  # every row minus itself
+
+
+def test_the_jitter_reruns_match_the_saved_runs():
+    """The reruns under the jitter hold the same lanes, learning rates and seeds as the saved
+    runs, and move each held-out median by a rounding-sized amount, not more."""
+    for name, jitter in (("ch13_staleness.npz", "ch13_staleness_jitter.npz"),
+                         ("ch13_subsample.npz", "ch13_subsample_jitter.npz")):
+        saved, again = (np.load(saved_result(n, download=False)) for n in (name, jitter))
+        assert np.array_equal(saved["lr"], again["lr"]) and np.array_equal(saved["heldout_seeds"], again["heldout_seeds"])
+        assert again["heldout_loss"].shape == (len(again["jitter_seeds"]),) + saved["heldout_loss"].shape
+        moved = np.abs(np.median(again["heldout_loss"], axis=-1) / np.median(saved["heldout_loss"], axis=-1) - 1)
+        assert moved.max() < 0.05, f"{jitter}: a median moved by {moved.max():.1%} under the jitter"
 
 
 def test_one_saved_staleness_run_is_reproduced():

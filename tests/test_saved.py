@@ -25,3 +25,10 @@ def test_write_result_writes_what_compute_returns(tmp_path):
                              ["--out", str(tmp_path / "demo.npz")])
     with np.load(out) as f:
         assert f["x"].tolist() == [0, 1, 2, 3] and "torch" in str(f["info"])
+
+
+def test_split_jitter_check_takes_the_seeds_after_the_flag():
+    assert saved.split_jitter_check(["--out", "x.npz"]) == (None, ["--out", "x.npz"])
+    assert saved.split_jitter_check(["--jitter-check", "1", "2", "--out", "x"]) == ([1, 2], ["--out", "x"])
+    with pytest.raises(SystemExit, match="needs one or more jitter seeds"):
+        saved.split_jitter_check(["--jitter-check", "--out", "x"])

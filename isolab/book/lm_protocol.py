@@ -63,7 +63,7 @@ FIXED = {
     "isoadam": dict(betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, beta_cov=0.95, damping=1e-3,
                     stat_interval=1, root_interval=10, root_method="eigh", stat_rows="auto"),
     "soap": dict(betas=(0.95, 0.95), shampoo_beta=None, eps=1e-8, weight_decay=0.1, precondition_frequency=10),
-    "muon": dict(momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0, adjust_lr="original",
+    "muon": dict(momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0, adjust_lr_fn="original",
                  adam_betas=(0.9, 0.95), adam_eps=1e-8),
 }
 FIXED.update({two: FIXED[two[:-1]] for two in TWO_RATES})

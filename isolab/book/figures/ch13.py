@@ -20,7 +20,8 @@ from isolab.book import scaling
 from isolab.book.explorable import Explorable, Promise, Slider, always, constant, nonincreasing
 from isolab.book.figures import style
 
-__all__ = ["NEWTON_ITERATIONS", "LAYERS", "WIDTH", "WORLDS", "PARTS", "bill", "hero", "staleness_figure", "subsample_figure", "cost_bill", "EXPLORABLES"]
+__all__ = ["NEWTON_ITERATIONS", "LAYERS", "WIDTH", "WORLDS", "PARTS", "bill", "hero", "staleness_table", "staleness_differences", "staleness_figure",
+           "subsample_table", "subsample_figure", "cost_bill", "EXPLORABLES"]
 
 NEWTON_ITERATIONS = 15
 #: The explorable's and the hero's model: a stack of LAYERS square layers of width WIDTH
@@ -107,14 +108,69 @@ def hero(n: int = 4096, b: int = 16384, k: int = 10, world: int = 8) -> Figure:
 
 
 def _interval(values) -> tuple[float, float, float]:
-    from isolab.book.engine.tuning import bootstrap_interval
+    """``(median, low, high)``: the median over seeds and its order-statistic interval
+    (:func:`isolab.book.engine.intervals.median_interval`; 95.9 % coverage for 20 seeds)."""
+    from isolab.book.engine.intervals import median_interval
 
-    return bootstrap_interval(np.asarray(values, dtype=np.float64))
+    i = median_interval(np.asarray(values, dtype=np.float64))
+    return i.median, i.low, i.high
+
+
+def _coverage(n_seeds: int) -> str:
+    from isolab.book.engine.intervals import order_ranks
+
+    return f"{100 * order_ranks(n_seeds, 0.9)[1]:.3g} %"
+
+
+def staleness_table(saved) -> str:
+    """The staleness sweep as saved (``results/ch13_staleness.npz``): how each lane was tuned,
+    its chosen learning rate and its held-out median with the order-statistic interval."""
+    lanes, loss = list(saved["lanes"]), saved["heldout_loss"]
+    n = loss.shape[1]
+    lines = [f"`{saved['command']}`: {int(saved['budget'])} learning rates per lane in "
+             f"[{saved['lr_range'][0]:g}, {saved['lr_range'][1]:g}], each on tuning seeds "
+             f"{saved['tuning_seeds'].tolist()}; "
+             + ("every choice inside the range" if saved["lr_interior"].all() else "a choice at an edge of the range"),
+             f"lane               tuned lr   held-out loss, median [{_coverage(n)} interval] over {n} seeds"]
+    for lane, lr, values in zip(lanes, saved["lr"], loss):
+        med, lo, hi = _interval(values)
+        lines.append(f"{lane:18s} {lr:8.2e}   {med:.4f} [{lo:.4f}, {hi:.4f}]")
+    return "\n".join(lines)
+
+
+def staleness_differences(lanes, loss) -> str:
+    """The paired differences the section's claims rest on (median over the seeds of the
+    per-seed difference, with its order-statistic interval)."""
+    from isolab.book.engine.intervals import paired_difference
+
+    row = dict(zip(list(lanes), loss))
+    pairs = [("isoadam_1_1", "adam")] + [(f"isoadam_{k}_{k}", "isoadam_1_1") for k in (3, 10, 30, 100)] + [
+        ("isoadam_3_3", "isoadam_10_10"), ("isoadam_100_100", "isoadam_10_10"),
+        ("isoadam_1_10", "isoadam_10_10"), ("isoadam_1_100", "isoadam_100_100")]
+    lines = [f"paired by seed: a - b, median [{_coverage(loss.shape[1])} interval]"]
+    for a, b in pairs:
+        d = paired_difference(row[a], row[b])
+        lines.append(f"{a:16s} - {b:16s} {d.median:+.4f} [{d.low:+.4f}, {d.high:+.4f}]")
+    return "\n".join(lines)
+
+
+def subsample_table(saved) -> str:
+    """Held-out loss for each number of rows in the statistics, and its paired difference
+    from every row (``results/ch13_subsample.npz``)."""
+    from isolab.book.engine.intervals import paired_difference
+
+    rows, loss = [int(r) for r in saved["rows"]], saved["heldout_loss"]
+    full = loss[rows.index(max(rows))]
+    lines = [f"rows   held-out loss   minus every row, paired: median [{_coverage(loss.shape[1])} interval]"]
+    for n, values in zip(rows, loss):
+        d = paired_difference(values, full)
+        lines.append(f"{n:4d}   {np.median(values):13.4f}   {d.median:+.4f} [{d.low:+.4f}, {d.high:+.4f}]")
+    return "\n".join(lines)
 
 
 def staleness_figure(saved) -> Figure:
     """IsoAdam's held-out loss against the refresh interval ``k`` (medians over the held-out
-    seeds with 90% bootstrap intervals; each lane at its tuned learning rate), tuned Adam's
+    seeds with their order-statistic intervals; each lane at its tuned learning rate), tuned Adam's
     band behind it, and the training time relative to Adam's; ``saved`` is
     ``results/ch13_staleness.npz`` (``scripts/ch13_staleness.py``)."""
     lanes, loss, secs = list(saved["lanes"]), saved["heldout_loss"], saved["seconds"]
@@ -126,7 +182,7 @@ def staleness_figure(saved) -> Figure:
     adam = _interval(loss[row["adam"]])
     for ax in (ax_loss,):
         ax.axhspan(adam[1], adam[2], color=style.color("Adam"), alpha=0.15, lw=0)
-        ax.axhline(adam[0], **{**style.line("Adam", markers=False), "label": "tuned Adam (band: 90% interval)"})
+        ax.axhline(adam[0], **{**style.line("Adam", markers=False), "label": f"tuned Adam (band: {_coverage(loss.shape[1])} interval)"})
     for label, keys, fmt in families:              # both are IsoAdam: its colour, two line styles
         ks = np.array([key[1] for key in keys], dtype=float) * (1.0 if fmt == "o-" else 1.12)
         stats = np.array([_interval(loss[row[f"isoadam_{a}_{b}"]]) for a, b in keys])
@@ -156,8 +212,8 @@ def _null_formatter():
 
 
 def subsample_figure(saved) -> Figure:
-    """Held-out loss against the rows used for the statistics (medians and 90% intervals over
-    the held-out seeds), and the step time of a wider network against those rows, from
+    """Held-out loss against the rows used for the statistics (medians and order-statistic
+    intervals over the held-out seeds), and the step time of a wider network against those rows, from
     ``results/ch13_subsample.npz`` (``scripts/ch13_subsample.py``)."""
     fig = Figure(figsize=(style.FIG_WIDTH, 3.4))
     ax_loss, ax_time = fig.subplots(1, 2)

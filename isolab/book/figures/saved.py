@@ -69,3 +69,18 @@ def write_result(description: str, name: str, compute, argv=None) -> Path:
     np.savez_compressed(args.out, **data)
     print(f"wrote {args.out} in {time.time() - start:.0f} s")
     return args.out
+
+
+def split_jitter_check(argv) -> tuple:
+    """``(seeds, rest)`` from a script's arguments: the jitter seeds after ``--jitter-check``
+    (``None`` when the flag is absent) and the other arguments, for :func:`write_result`."""
+    argv = list(argv)
+    if "--jitter-check" not in argv:
+        return None, argv
+    i = argv.index("--jitter-check")
+    seeds = []
+    while i + 1 + len(seeds) < len(argv) and argv[i + 1 + len(seeds)].isdigit():
+        seeds.append(int(argv[i + 1 + len(seeds)]))
+    if not seeds:
+        raise SystemExit(f"--jitter-check needs one or more jitter seeds (e.g. --jitter-check 1 2 3), got {argv[i + 1:]}")
+    return seeds, argv[:i] + argv[i + 1 + len(seeds):]
