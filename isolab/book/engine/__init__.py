@@ -13,8 +13,10 @@ and the updates are the optimizers' own rules (:mod:`isolab.rules`, :mod:`isolab
 - :data:`DEFAULTS`: each optimizer's hyperparameters (those of :mod:`isolab.optim`).
 - :func:`reference_run`, :func:`make_optimizer`: the ``torch.optim`` reference.
 - :func:`inverse_sqrt_batched`: batched, warm-started inverse square roots.
-- :func:`tune`, :func:`evaluate`, :func:`bootstrap_interval`: the tuning protocol of Part
-  III (:mod:`isolab.book.engine.tuning`): one trial budget for all, held-out seeds, intervals.
+- :func:`tune`, :func:`evaluate`: the tuning protocol of Part III
+  (:mod:`isolab.book.engine.tuning`): one trial budget for all, held-out seeds;
+  :func:`median_interval`, :func:`paired_difference`: its intervals
+  (:mod:`isolab.book.engine.intervals`).
 - :data:`PAPER_LRS`: learning-rate grids that bracket each optimizer's best rate on the
   paper's deep linear regression.
 """
@@ -29,12 +31,13 @@ from .progress import Progress
 from .reference import make_optimizer, reference_run
 from .roots import inverse_sqrt_batched, whitening_residual
 from .rules_lanes import DEFAULTS, OPTIMIZERS, resolve_hyper
-from .tuning import Tuned, bootstrap_interval, evaluate, trial_grid, tune
+from .intervals import median_interval, paired_difference
+from .tuning import Tuned, evaluate, trial_grid, tune
 
 __all__ = [
     "sweep", "sweep_many", "DEFAULTS", "OPTIMIZERS", "PAPER_LRS", "paper_lrs", "resolve_hyper",
     "reference_run", "make_optimizer", "inverse_sqrt_batched", "whitening_residual", "Progress",
-    "tune", "evaluate", "trial_grid", "bootstrap_interval", "Tuned",
+    "tune", "evaluate", "trial_grid", "Tuned", "median_interval", "paired_difference",
 ]
 
 #: ``(low, high)`` of a log-spaced learning-rate grid per optimizer for the paper's deep

@@ -50,7 +50,7 @@ from ..results import Sweep
 from .core import sweep
 from .rules_lanes import resolve_hyper
 
-__all__ = ["Trial", "Tuned", "trial_grid", "rung_steps", "scores", "tune", "evaluate", "bootstrap_interval",
+__all__ = ["Trial", "Tuned", "trial_grid", "rung_steps", "scores", "tune", "evaluate",
            "refine_grid", "metric_kwargs", "tail_steps", "METRICS", "tune_lr"]
 
 METRICS = ("tail_expected_loss", "iterations_expected", "final_loss", "iterations")
@@ -206,11 +206,6 @@ def _stable_median(values: np.ndarray, axis: int = 0) -> np.ndarray:
     """The median over the tuning seeds, ``inf`` where any seed diverged (the stability rule)."""
     values = np.where(np.isnan(values), np.inf, values)
     return np.where(np.isinf(values).any(axis=axis), np.inf, np.median(values, axis=axis))
-
-
-def _median(values: np.ndarray, axis=None) -> np.ndarray:
-    # inf (a diverged seed) counts as a bad score, not as missing
-    return np.median(np.where(np.isnan(values), np.inf, values), axis=axis)
 
 
 def _run(problem, optimizer, hyper, lrs, steps, seeds, metric, threshold, sweep_kw) -> np.ndarray:
@@ -392,19 +387,3 @@ def evaluate(problem, tuned: Tuned, seeds: Sequence[int], *, steps: Optional[int
               threshold, dict(dtype=dtype, num_threads=num_threads, schedule=tuned.schedule))
     return sc[:, 0]
 
-
-def bootstrap_interval(values: Sequence[float], *, level: float = 0.9, resamples: int = 10_000,
-                       seed: int = 0) -> tuple[float, float, float]:
-    """``(median, low, high)``: the median over seeds and a percentile-bootstrap interval
-    at ``level`` (resampling the seeds with replacement; a fixed generator, so the same
-    numbers on any machine). ``inf`` values (diverged seeds) count as the worst scores."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or x.size < 2:
-        raise ValueError(f"need a 1-D sequence of at least 2 per-seed values, got shape {x.shape}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    rng = np.random.default_rng(seed)
-    medians = _median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1)
-    tail = (1 - level) / 2
-    low, high = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
-    return float(_median(x)), float(low), float(high)

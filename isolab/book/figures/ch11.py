@@ -1,8 +1,8 @@
 r"""Figures of Chapter 11 (a small Transformer under Part III's protocol: Adam, IsoAdam,
 Muon and SOAP, each tuned with the same budget).
 
-- :func:`budget_figure`: each optimizer's held-out test loss (median over seeds, 90 %
-  bootstrap interval, the seeds themselves) at every training budget, against steps and,
+- :func:`budget_figure`: each optimizer's held-out test loss (median over seeds, its
+  order-statistic interval, the seeds themselves) at every training budget, against steps and,
   with the timings, against the seconds that budget costs (the hero figure).
 - :func:`tuning_figure`: every trial of the tuning, loss against learning rate, one panel
   per budget, the chosen setting ringed: the optimum is inside its grid.
