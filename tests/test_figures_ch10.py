@@ -111,12 +111,16 @@ def test_a_setting_retrained_equals_the_saved_one(grid, name, depth, batch, kapp
 
 
 def test_same_sweep_notices_a_difference():
-    saved = np.array([[0.5, 0.1, 0.2, 0.4, np.nan]])
+    nan = np.nan
+    saved = np.array([[0.5, 0.1, 0.2, 0.4, nan, nan]])
     assert ch10.same_sweep(saved.copy(), saved)
     assert not ch10.same_sweep(saved * 1.05, saved)
-    assert ch10.same_sweep(np.array([[0.5, 0.1, 0.21, 0.3, np.nan]]), saved)   # above the best: outcome only
-    assert not ch10.same_sweep(np.array([[0.5, 0.1, 0.05, 0.4, np.nan]]), saved)  # another best rate
-    assert not ch10.same_sweep(np.array([[0.5, 0.1, 0.2, np.nan, np.nan]]), saved)
+    assert ch10.same_sweep(np.array([[0.5, 0.1, 0.21, 0.3, nan, nan]]), saved)   # above the best: outcome only
+    assert not ch10.same_sweep(np.array([[0.5, 0.1, 0.05, 0.4, nan, nan]]), saved)  # another best rate
+    assert ch10.same_sweep(np.array([[0.5, 0.1, 0.2, 0.4, 9.0, nan]]), saved)     # the edge one step later
+    assert ch10.same_sweep(np.array([[0.5, 0.1, 0.2, nan, nan, nan]]), saved)     # or one step earlier
+    assert not ch10.same_sweep(np.array([[0.5, 0.1, nan, nan, nan, nan]]), saved)  # two steps: no
+    assert not ch10.same_sweep(np.array([[0.5, 0.1, 0.2, 0.4, 0.5, 0.6]]), saved)  # no edge at all
 
 
 def test_script_save_and_load_round_trip(tmp_path):
