@@ -79,6 +79,7 @@ import json
 import math
 import os
 import textwrap
+import warnings
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -462,7 +463,12 @@ class Explorable:
         fig = self._new_figure()
         try:
             self.draw(fig, **self.defaults())
-            fig.tight_layout()
+            with warnings.catch_warnings():
+                # A drawing that places its axes itself (a gridspec with its own margins)
+                # is one tight_layout cannot fit: it warns and leaves those axes alone,
+                # which is what such a drawing wants. The warning would reach the page.
+                warnings.filterwarnings("ignore", message=".*not compatible with tight_layout")
+                fig.tight_layout()
         except Exception:  # noqa: BLE001 - the real draw reports it
             pass
         fig.set_layout_engine(None)
