@@ -38,7 +38,8 @@ class Block(nn.Module):
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
@@ -52,8 +53,8 @@ class GPT(nn.Module):
         self.ln_f, self.lm_head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
         if tied:
             self.lm_head.weight = self.wte.weight  # nanoGPT's weight tying
-        for emb in (self.wte, self.wpe):
-            nn.init.normal_(emb.weight, std=0.02)  # nanoGPT's scale: a tied head starts near uniform logits
+        for emb in (self.wte, self.wpe):  # nanoGPT's scale: logits start near uniform
+            nn.init.normal_(emb.weight, std=0.02)
     def forward(self, idx):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
@@ -82,25 +83,31 @@ def main(argv=None) -> int:
         raise SystemExit(f"--batch {args.batch} is not divisible by the {world} processes")
     local = args.batch // world
 
-    torch.manual_seed(0)                              # the same initial weights on every rank
-    model = GPT(context=args.context).to(device)      # convert_attention(model) would go here, before DDP
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = GPT(context=args.context).to(device)
+    # convert_attention(model) would go here, before DDP
+    device_ids = [device.index] if device.type == "cuda" else None
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     opt = IsoAdam(
-        model,                             # the inner model: its nn.Linear layers are hooked
+        model,  # the inner model: its nn.Linear layers are hooked
         lr=1e-3,
-        stat_interval=2, root_interval=4,
-        sync_statistics=not args.no_sync,  # sum X^T X and G^T G over the processes (None: on when distributed)
-        distribute_roots=True,             # each process computes the roots of the layers it owns, then shares them
+        stat_interval=2,
+        root_interval=4,
+        # sum X^T X and G^T G over the processes (None: on when distributed)
+        sync_statistics=not args.no_sync,
+        # each process computes the roots of the layers it owns, then shares them
+        distribute_roots=True,
     )
 
-    data = torch.Generator().manual_seed(1)           # the same global batches on every rank
+    data = torch.Generator().manual_seed(1)  # the same global batches on every rank
     for _ in range(args.steps):
         tokens = torch.randint(0, 64, (args.batch, args.context + 1), generator=data)
-        x, y = tokens[rank * local:(rank + 1) * local, :-1], tokens[rank * local:(rank + 1) * local, 1:]
+        share = tokens[rank * local : (rank + 1) * local]  # this rank's sequences
+        x, y = share[:, :-1], share[:, 1:]
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(ddp(x.to(device)).flatten(0, 1), y.to(device).flatten())
-        loss.backward()            # DDP averages the gradients; the hooks record this rank's X and G
-        opt.step()                 # the statistics are summed across ranks inside step()
+        loss.backward()  # DDP averages the gradients; the hooks record this rank's X and G
+        opt.step()  # the statistics are summed across ranks inside step()
     opt.remove_hooks()
 
     flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])

@@ -52,8 +52,9 @@ def build(name, model, dtype, **kw):
 
 
 def shard(model, mesh):
-    """``fully_shard`` each block, then the root (which takes the embeddings, the final norm and
-    the head): every parameter becomes a ``DTensor`` sharded on its first dimension."""
+    """``fully_shard`` each block, then the root (which takes the embeddings, the final
+    norm and the head): every parameter becomes a ``DTensor`` sharded on its first
+    dimension."""
     from torch.distributed.fsdp import fully_shard
 
     for block in model.blocks:

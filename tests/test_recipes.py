@@ -309,12 +309,14 @@ def test_the_defaults_table_on_the_page_is_the_code():
                 and "nbval-check-output" in c["metadata"].get("tags", []))
     printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
     classes = {"IsoAdam": IsoAdam, "Iso": Iso, "Muon": Muon, "Shampoo": Shampoo}
-    rows = [line.split() for line in printed.splitlines() if line.split() and line.split()[0] in classes]
-    assert {r[0] for r in rows} == set(classes)
-    for name, cls in classes.items():
-        row = next(r for r in rows if r[0] == name)
-        header = printed.splitlines()[0].split()
-        params = inspect.signature(cls).parameters
-        for column, value in zip(header[1:], row[1:]):
-            expected = repr(params[column].default).replace(" ", "") if column in params else "-"
-            assert value == expected, f"{name}.{column}: page says {value}, code says {expected}"
+    header, *rows = [line.split() for line in printed.splitlines() if line.split()]
+    assert sorted(header[1:]) == sorted(classes)  # an optimizer per column
+    settings = [row[0] for row in rows]  # a setting per row
+    assert {"lr", "weight_decay", "betas", "momentum", "damping", "adam_lr"} <= set(settings)
+    for row in rows:
+        assert len(row) == len(header), f"row {row[0]}: {len(row) - 1} values for {len(header) - 1} optimizers"
+        setting = row[0]
+        for name, value in zip(header[1:], row[1:]):
+            params = inspect.signature(classes[name]).parameters
+            expected = repr(params[setting].default).replace(" ", "") if setting in params else "-"
+            assert value == expected, f"{name}.{setting}: page says {value}, code says {expected}"

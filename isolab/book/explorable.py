@@ -28,9 +28,15 @@ the quantity its caption is about, and can state what the caption promises as
 with the figure's own computation, and a predicate that must hold for the measured
 values along the main slider, at every setting of the other sliders::
 
-    Explorable(draw, sliders, main="angle",
-               caption="Turn θ: the cloud turns, and the cosine does not change with θ.",
-               promises=[Promise("the cosine does not change with θ", mean_cosine, constant(atol=0.02))])
+    Explorable(
+        draw,
+        sliders,
+        main="angle",
+        caption="Turn θ: the cloud turns, and the cosine does not change with θ.",
+        promises=[
+            Promise("the cosine does not change with θ", mean_cosine, constant(atol=0.02))
+        ],
+    )
 
 :meth:`Explorable.broken_promises` checks every promise over the whole grid; the website's
 build does so for every explorable it draws (:meth:`Explorable.show` in static mode), and

@@ -1032,10 +1032,10 @@ class Iso(_IsoBase):
     r"""Iso (arXiv 2307.12979): SGD with momentum, whitened on both sides of each layer.
 
     .. math::
-        \hat C_X &= \text{bias-corrected EMA}_\beta\big(X_t^\top X_t/b\big), \quad
-        \hat C_G = \text{bias-corrected EMA}_\beta\big(G_t^\top G_t/b\big) \\
-        B_t &= \mu B_{t-1} + (1-\mu)\,\nabla W_t/b, \quad
-        u_t = (1-\mu)\nabla W_t/b + \mu B_t \ \text{(Nesterov) or } B_t \\
+        \hat C_X &= \text{bias-corrected EMA}_\beta\big(X_t^\top X_t/b\big) \\
+        \hat C_G &= \text{bias-corrected EMA}_\beta\big(G_t^\top G_t/b\big) \\
+        B_t &= \mu B_{t-1} + (1-\mu)\,\nabla W_t/b \\
+        u_t &= (1-\mu)\nabla W_t/b + \mu B_t \ \text{(Nesterov) or } B_t \\
         W_t &= W_{t-1}(1-\eta\lambda) - \eta\,(\hat C_X + \delta_X I)^{-1/2}\, u_t\,
                (\hat C_G + \delta_G I)^{-1/2}
 
