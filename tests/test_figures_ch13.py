@@ -81,7 +81,8 @@ def test_staleness_and_subsample_tables_label_their_intervals():
     saved = np.load(saved_result("ch13_staleness.npz", download=False))
     text = ch13.staleness_table(saved)
     assert "95.9 % interval" in text and "90%" not in text
-    assert len(text.splitlines()) == 2 + len(saved["lanes"])
+    assert len(text.splitlines()) == 3 + len(saved["lanes"])
+    assert max(len(line) for line in text.splitlines()) <= 88
     diffs = ch13.staleness_differences(saved["lanes"], saved["heldout_loss"])
     assert diffs.splitlines()[1].startswith("isoadam_1_1      - adam")
     sub = np.load(saved_result("ch13_subsample.npz", download=False))

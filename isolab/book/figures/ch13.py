@@ -123,13 +123,14 @@ def _coverage(n_seeds: int) -> str:
 
 
 def staleness_table(saved) -> str:
-    """The staleness sweep as saved (``results/ch13_staleness.npz``): how each lane was tuned,
-    its chosen learning rate and its held-out median with the order-statistic interval."""
+    """The staleness sweep as saved (``results/ch13_staleness.npz``): how each lane was tuned
+    (two lines), its chosen learning rate and its held-out median with the order-statistic
+    interval."""
     lanes, loss = list(saved["lanes"]), saved["heldout_loss"]
     n = loss.shape[1]
     lines = [f"`{saved['command']}`: {int(saved['budget'])} learning rates per lane in "
-             f"[{saved['lr_range'][0]:g}, {saved['lr_range'][1]:g}], each on tuning seeds "
-             f"{saved['tuning_seeds'].tolist()}; "
+             f"[{saved['lr_range'][0]:g}, {saved['lr_range'][1]:g}],",
+             f"each on tuning seeds {saved['tuning_seeds'].tolist()}; "
              + ("every choice inside the range" if saved["lr_interior"].all() else "a choice at an edge of the range"),
              f"lane               tuned lr   held-out loss, median [{_coverage(n)} interval] over {n} seeds"]
     for lane, lr, values in zip(lanes, saved["lr"], loss):
