@@ -31,8 +31,9 @@ __all__ = ["load", "summaries", "budgets", "separated", "paired", "seed_wins", "
            "seconds_per_step", "seconds_matched", "tuned_table", "heldout_table", "timing_table"]
 
 NAMES = {"adam": "Adam", "isoadam": "IsoAdam", "muon": "Muon", "soap": "SOAP", "adam again": "Adam, again",
-         "adam2": "Adam, 2 rates", "isoadam2": "IsoAdam, 2 rates", "soap2": "SOAP, 2 rates"}
+         "adam2": "Adam, two rates", "isoadam2": "IsoAdam, two rates", "soap2": "SOAP, two rates"}
 ORDER = ("adam", "soap", "isoadam", "muon", "adam2", "soap2", "isoadam2")
+LABEL_WIDTH = max(map(len, NAMES.values()))  # the tables' first column
 
 def load(name: str) -> dict:
     """``results/<name>.json`` (e.g. ``"transformer_chapter"``): the checkout's copy, or in a
@@ -218,31 +219,38 @@ def _rate(entry: Mapping) -> str:
 CONTENDERS = ORDER[:4]
 
 
+def _columns(label_width: int, heads: list[str], body: list[tuple[str, list[str]]]) -> str:
+    """A table of right-aligned columns, each as wide as its widest cell or heading, two
+    spaces apart (the page holds 88 characters)."""
+    widths = [max([len(h)] + [len(cells[k]) for _, cells in body]) for k, h in enumerate(heads)]
+    rows = [f"{'':{label_width}s}" + "".join(f"  {h:>{w}s}" for h, w in zip(heads, widths))]
+    rows += [f"{name:{label_width}s}" + "".join(f"  {c:>{w}s}" for c, w in zip(cells, widths)) for name, cells in body]
+    return "\n".join(rows)
+
+
 def tuned_table(protocol: Mapping, names=ORDER) -> str:
     """The chosen learning rate of every optimizer at every budget (Muon and Adam with two
     rates: matrices / the rest); ``*`` marks a grid that was moved off its edge once, ``(edge)`` a choice still on
     one."""
     bs = budgets(protocol, complete=False)
-    rows = [f"{'':17s}" + "".join(f"  {f'{b} steps':>22s}" for b in bs)]
-    for name in names:
-        if any(f"{name}/{b}" in protocol["tuned"] for b in bs):
-            rows.append(f"{NAMES[name]:17s}" + "".join(
-                f"  {_rate(protocol['tuned'][f'{name}/{b}']) if f'{name}/{b}' in protocol['tuned'] else '—':>22s}"
-                for b in bs))
-    return "\n".join(rows)
+    body = [(NAMES[name], [_rate(protocol["tuned"][f"{name}/{b}"]) if f"{name}/{b}" in protocol["tuned"] else "—"
+                           for b in bs])
+            for name in names if any(f"{name}/{b}" in protocol["tuned"] for b in bs)]
+    return _columns(LABEL_WIDTH, [f"{b} steps" for b in bs], body)
 
 
 def heldout_table(protocol: Mapping, digits: int = 3, names=CONTENDERS) -> str:
-    """Held-out test loss, median over seeds [90 % interval], per optimizer and budget."""
+    """Held-out test loss, median over seeds [its order-statistic interval: coverage at least
+    90 %, exactly ``coverage`` of :func:`summaries`], per optimizer and budget."""
     summ = summaries(protocol)
     bs = sorted(b for b in summ if any(n in summ[b] for n in names))
     width = 2 * digits + 14
-    rows = [f"{'':17s}" + "".join(f"  {f'{b} steps':>{width}s}" for b in bs)]
+    rows = [f"{'':{LABEL_WIDTH}s}" + "".join(f"  {f'{b} steps':>{width}s}" for b in bs)]
     for name in names:
         if any(name in summ[b] for b in bs):
             cells = [f"{s['median']:.{digits}f} [{s['low']:.{digits}f}, {s['high']:.{digits}f}]" if s else "—"
                      for s in (summ[b].get(name) for b in bs)]
-            rows.append(f"{NAMES[name]:17s}" + "".join(f"  {c:>{width}s}" for c in cells))
+            rows.append(f"{NAMES[name]:{LABEL_WIDTH}s}" + "".join(f"  {c:>{width}s}" for c in cells))
     return "\n".join(rows)
 
 
@@ -250,11 +258,7 @@ def timing_table(saved: Mapping, size: str) -> str:
     """Milliseconds per step (median over rounds [quartiles]) of forward + backward, of the
     step and of both, and the total's ratio to Adam's (median [its order-statistic interval] over rounds)."""
     stats = timing(saved, size)
-    rows = [f"{'':12s}{'forward+backward':>22s}{'optimizer step':>20s}{'total':>22s}{'ratio to Adam':>24s}"]
-    for lane in ("adam", "adam again", "soap", "isoadam", "muon"):
-        s = stats[lane]
-        cell = lambda q: f"{q[0]:.1f} [{q[1]:.1f}, {q[2]:.1f}]"  # noqa: E731
-        r = s["ratio"]
-        rows.append(f"{NAMES[lane]:12s}{cell(s['fwd_bwd']):>22s}{cell(s['step']):>20s}{cell(s['total']):>22s}"
-                    f"{f'{r[0]:.2f} [{r[1]:.2f}, {r[2]:.2f}]':>24s}")
-    return "\n".join(rows)
+    cell = lambda q, d=1: f"{q[0]:.{d}f} [{q[1]:.{d}f}, {q[2]:.{d}f}]"  # noqa: E731
+    body = [(NAMES[lane], [cell(s["fwd_bwd"]), cell(s["step"]), cell(s["total"]), cell(s["ratio"], 2)])
+            for lane, s in ((lane, stats[lane]) for lane in ("adam", "adam again", "soap", "isoadam", "muon"))]
+    return _columns(12, ["forward+backward", "optimizer step", "total", "ratio to Adam"], body)

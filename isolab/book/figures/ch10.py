@@ -31,7 +31,7 @@ from isolab.book.engine.intervals import median_interval, paired_difference
 from isolab.book.figures import style
 from isolab.book.plotting import log_ticks
 
-__all__ = ["LABELS", "label", "short", "look", "setting_text", "table", "retrain", "same_sweep", "protocol_summaries", "budgets_of", "separated", "interval_panel",
+__all__ = ["LABELS", "label", "short", "look", "setting_text", "table", "settings_table", "retrain", "same_sweep", "protocol_summaries", "budgets_of", "separated", "interval_panel",
            "plain_log_ticks", "variant_label", "protocol_figure", "budget_figure", "ablation_figure",
            "sweep_curves", "SweepGrid", "kappa_ratios", "sweeps", "EXPLORABLES"]
 
@@ -452,22 +452,39 @@ def setting_text(entry: Mapping) -> str:
     return ", ".join(parts)
 
 
-def table(summary: Mapping[str, Mapping], digits: int | None = 3, names=None) -> str:
-    """One line per entry, best first: the chosen setting, the held-out median with its
-    order-statistic interval (``digits`` significant digits, whole numbers when None; saved
-    numbers, the same on every machine) and the held-out seeds that diverged."""
+def table(summary: Mapping[str, Mapping], digits: int | None = 3, names=None, setting: bool = True) -> str:
+    """One line per entry, best first: the chosen setting (left out with ``setting=False``,
+    for :func:`settings_table` beside it), the held-out median with its order-statistic
+    interval (``digits`` significant digits, whole numbers when None; saved numbers, the
+    same on every machine) and the held-out seeds that diverged. Each column is as wide as
+    its widest entry, so the table fits the page where its entries do."""
     def f(x):
         return "diverged" if not math.isfinite(x) else (f"{x:.0f}" if digits is None else f"{x:.{digits}g}")
 
     order = sorted(summary, key=lambda n: (summary[n]["median"], n))
-    width = max(len((names or label)(n)) for n in order)
-    first = summary[order[0]]
-    lines = [f"{'':{width}s}  {'chosen setting':40s} held-out median [{100 * first['coverage']:.3g} % interval]  diverged"]
+    text = names or label
+    width = max(len(text(n)) for n in order)
+    medians = {n: f(summary[n]["median"]) for n in order}
+    mw = max(map(len, medians.values()))
+    results = {n: f"{medians[n]:>{mw}s} [{f(summary[n]['low'])}, {f(summary[n]['high'])}]" for n in order}
+    head = f"median [{100 * summary[order[0]]['coverage']:.3g} % interval]"
+    rw = max(len(head), *map(len, results.values()))
+    sw = max(len("chosen setting"), *(len(setting_text(summary[n])) for n in order))
+    lines = [f"{'':{width}s}  " + (f"{'chosen setting':{sw}s}  " if setting else "") + f"{head:{rw}s}  diverged"]
     for n in order:
-        s = summary[n]
-        lines.append(f"{(names or label)(n):{width}s}  {setting_text(s):40s} {f(s['median']):>8s} [{f(s['low'])}, {f(s['high'])}]"
-                     f"  {s['diverged']:>4d}")
+        lines.append(f"{text(n):{width}s}  " + (f"{setting_text(summary[n]):{sw}s}  " if setting else "")
+                     + f"{results[n]:{rw}s}  {summary[n]['diverged']:>8d}")
     return "\n".join(lines)
+
+
+def settings_table(summary: Mapping[str, Mapping], names=None) -> str:
+    """The chosen setting of each entry, best first as in :func:`table` (which, with
+    ``setting=False``, gives the results beside it)."""
+    order = sorted(summary, key=lambda n: (summary[n]["median"], n))
+    text = names or label
+    width = max(len(text(n)) for n in order)
+    return "\n".join([f"{'':{width}s}  chosen setting"]
+                     + [f"{text(n):{width}s}  {setting_text(summary[n])}" for n in order])
 
 
 def retrain(grid: SweepGrid, name: str, depth: int, batch: int, kappa: float, angle: float) -> np.ndarray:

@@ -46,7 +46,8 @@ def look(name: str, **overrides) -> dict:
 
 
 def _interval(ax, x, s, name):
-    """The seeds as faint dots and the 90 % interval as a bar; a diverged seed (infinite
+    """The seeds as faint dots and the median's order-statistic interval (coverage at least
+    90 %) as a bar; a diverged seed (infinite
     loss) is not drawn but counted in a note above the bar, which then ends at the worst
     finite seed."""
     kw = look(name, markers=True)
@@ -111,7 +112,7 @@ def budget_figure(protocol: Mapping, timing: Optional[Mapping] = None, size: str
 
 def interval_figure(summary: Mapping[str, Mapping], names, title: str) -> Figure:
     """One row per optimizer of ``names`` (best at the top): the held-out seeds as dots, the
-    90 % interval as a bar, the median as the optimizer's marker, its value beside it."""
+    median's order-statistic interval (coverage at least 90 %) as a bar, the median as the optimizer's marker, its value beside it."""
     order = sorted([n for n in names if n in summary], key=lambda n: summary[n]["median"])
     fig = Figure(figsize=(style.FIG_WIDTH, 1.2 + 0.45 * len(order)))
     ax = fig.add_subplot()
