@@ -11,9 +11,10 @@
   machine's kernels and under three jitters of the draws (:mod:`isolab.book.seeding`), and a
   learning rate 5 % off is told apart from the saved one by the same comparison;
 - a saved run's **conclusion** is reproduced with tolerances from the seed spread: rerun on
-  its held-out seeds (under a jitter), its median lies inside the saved interval widened to
-  the order statistics ``x_(3)`` and ``x_(n-2)``, and its count of diverged seeds is within
-  what 20 fresh seeds allow;
+  its held-out seeds (under a jitter), its median lies inside the window of saved order
+  statistics that a fresh sample's median misses with probability < 0.1 % (for 20 seeds
+  that is the whole range, ``x_(1)`` to ``x_(20)``), and its count of diverged seeds is
+  within what 20 fresh seeds allow;
 - the reduced configuration runs end to end through the command line and reaches the same
   conclusions as its saved reference.
 """
@@ -233,8 +234,9 @@ CONCLUSION_CASES = [("fig3", "fig3/isoadam"), ("fig4", "fig4/b1000/iso"), ("fig4
 @pytest.mark.parametrize("part,label", CONCLUSION_CASES)
 def test_a_saved_run_reproduces_its_conclusion_on_a_perturbed_cpu(part, label):
     """The whole held-out run again, under a jitter: float32 training of a deep network is
-    chaotic, so its digits change, but its median must stay among the saved seeds' middle
-    values (a window a fresh set of seeds misses with probability < 0.1 %), and its number of
+    chaotic, so its digits change, but its median must stay inside the saved seeds' window
+    that a fresh set of seeds misses with probability < 0.1 % (for 20 seeds, their whole
+    range: the exact count says a narrower window would fail a true run more often), and its number of
     diverged seeds within a binomial allowance. Catches a change that moves the result by more
     than the seed-to-seed spread, which is what the chapter's verdicts rest on."""
     results = _saved(rs.FULL, part)
