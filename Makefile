@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: book test outputs bench chromium colab-env check-outputs clean
+.PHONY: book test test-lib outputs bench chromium colab-env check-outputs clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ chromium:
 	@bash scripts/ensure_chromium.sh
 
 # Colab's widgets: an interpreter that sees the book's environment (a .pth file) but has
-# Colab's ipywidgets 7.7.1 installed in front of it (tests/test_colab_widgets.py).
+# Colab's ipywidgets 7.7.1 installed in front of it (tests/book/test_colab_widgets.py).
 COLAB_ENV := $(VENV)/colab-ipywidgets7
 $(COLAB_ENV)/.installed: $(STAMP)
 	rm -rf $(COLAB_ENV)
@@ -60,6 +60,11 @@ test: book chromium colab-env
 	echo "== nbval under $(PERTURBED) (ran beside the unit tests) =="; cat _build/nbval-perturbed.log; \
 	echo "unit tests: exit $$unit; perturbed nbval: exit $$perturbed"; \
 	test $$unit -eq 0 && test $$perturbed -eq 0
+
+# The library's tests alone (tests/lib: no book build, no browser): what a contributor to
+# isolab/ runs; make test runs them too.
+test-lib: $(STAMP)
+	$(PY) -m pytest tests/lib -p no:cacheprovider
 
 # Re-execute the chapters and rewrite their committed outputs (after an intended change).
 outputs: $(STAMP)

@@ -650,7 +650,7 @@ def inverse_sqrt_track(
     it whitens, but equals ``A^{-1/2} Q`` for a rotation ``Q``).  For well-conditioned or
     slowly drifting statistics the residual settles at roughly the per-call drift of
     ``P A P``; for ill-conditioned ones the guard returns ``None`` and the caller pays a
-    full recompute.  ``tests/test_linalg_tracking.py`` measures both against ``eigh`` in
+    full recompute.  ``tests/lib/test_linalg_tracking.py`` measures both against ``eigh`` in
     float64.  Cost: 2 matmuls when kept, 5 when refined (3 with ``probes``).  Not batched over
     leading dimensions beyond what ``@`` broadcasts (the residual is the worst over the batch).
     """

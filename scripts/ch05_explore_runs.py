@@ -9,7 +9,7 @@ over 1000 steps (:func:`isolab.book.figures.ch05.compute_comparison`). Iso's run
 per layer and step, about 3 s of one CPU per setting, too slow for a chapter that must
 execute in well under a minute; so the whole grid is computed here once and saved as
 float32 logarithms of the total weight norms, and :func:`isolab.book.figures.ch05.explore_run` reads the file
-(or computes a setting the file lacks). ``tests/test_figures_ch05.py`` recomputes one
+(or computes a setting the file lacks). ``tests/book/test_figures_ch05.py`` recomputes one
 setting and compares it with the file.
 
 Usage::

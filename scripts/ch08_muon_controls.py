@@ -7,7 +7,7 @@ asks which feature of Muon makes that difference grow: the Newton–Schulz polyn
 minimum (switched off by a learning rate falling linearly to 0), and, for comparison,
 Muon without momentum (also against the rotated twin). Each is 200 steps of training;
 together they would cost the chapter several seconds, so they are computed here once and
-saved in ``results/ch08_muon_controls.npz``. ``tests/test_figures_ch08.py`` recomputes one
+saved in ``results/ch08_muon_controls.npz``. ``tests/book/test_figures_ch08.py`` recomputes one
 of them and compares it with the file.
 
 The variants, the network and every hyperparameter are those of

@@ -7,7 +7,7 @@ optimizers, at a factor on every learning rate. One setting trains six pairs (ab
 seconds on one CPU thread), far over what a slider move may take, and the website needs
 all 30 settings when the page is built; so the grid is computed here once and saved in
 ``results/ch08_rotation_runs.npz``, which the chapter draws in Jupyter as on the website.
-``tests/test_figures_ch08.py`` recomputes one setting and compares it with the file.
+``tests/book/test_figures_ch08.py`` recomputes one setting and compares it with the file.
 
 The grid, the network and every hyperparameter are those of
 :mod:`isolab.book.figures.ch08` (``THETAS``, ``LR_SCALES``, ``optimizer``); θ = 0 is stored as

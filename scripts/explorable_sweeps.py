@@ -9,7 +9,7 @@ trains 320 lanes, seconds on one CPU thread, far over what a slider move may tak
 whole grid (3 depths x 3 batch sizes x 9 condition numbers x 2 orientations) is computed
 here once and saved (``results/sweeps_explorable.npz``), and the chapter draws from the
 file in Jupyter as on the website. The chapter recomputes one setting live and checks it
-against the file; ``tests/test_explorable_sweeps.py`` does the same for others.
+against the file; ``tests/book/test_explorable_sweeps.py`` does the same for others.
 
 The grid, the problem and every hyperparameter are defined here only (named explicitly,
 not taken from the library's defaults, so a later change of a default does not move the

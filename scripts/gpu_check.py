@@ -91,7 +91,7 @@ def gpu_test_files() -> list[str]:
     """The test files with ``gpu``-marked tests (relative paths). Only those are collected: a
     module that needs a package this machine lacks (numpy, matplotlib, hypothesis...) must not
     stop the others."""
-    return sorted(str(f.relative_to(ROOT)) for f in (ROOT / "tests").glob("test_*.py")
+    return sorted(str(f.relative_to(ROOT)) for f in (ROOT / "tests").glob("**/test_*.py")
                   if "@pytest.mark.gpu" in f.read_text())
 
 

@@ -16,7 +16,7 @@ promises live here once:
 - :func:`ratio_alignment_state`, :func:`gram_alignment`: the explorable of section 1.8
   (the batch-to-width ratio and the condition number, the Gram spectrum and the
   alignment) and the one computation its figure and its promises share; ``EXPLORABLES``
-  lists it for ``tests/test_captions.py``.
+  lists it for ``tests/book/test_captions.py``.
 """
 
 from __future__ import annotations

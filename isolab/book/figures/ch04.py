@@ -21,7 +21,7 @@ cannot drift apart:
 :func:`same` is the chapter's one check helper: "A equals B up to rounding", printed as
 the tolerance met rather than the rounding noise itself (which differs between CPUs).
 
-``EXPLORABLES`` lists the explorable builders (``tests/test_captions.py`` checks their
+``EXPLORABLES`` lists the explorable builders (``tests/book/test_captions.py`` checks their
 caption promises over the whole slider grid).
 """
 

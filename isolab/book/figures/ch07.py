@@ -20,7 +20,7 @@ the check cannot drift apart:
   log10 of the data on linear axes (the same picture as log axes, faster to set up on
   every redraw).
 
-``EXPLORABLES`` lists the explorable builders (``tests/test_captions.py`` checks their
+``EXPLORABLES`` lists the explorable builders (``tests/book/test_captions.py`` checks their
 caption promises over the whole slider grid).
 """
 

@@ -25,7 +25,7 @@ its figures and its printed checks share lives here once:
   promises are measured by :func:`adam_gap`, :func:`sgd_iso_worst` and
   :func:`muon_over_adam` on the same saved runs.
 
-``EXPLORABLES`` lists the explorable builders (``tests/test_captions.py`` checks their
+``EXPLORABLES`` lists the explorable builders (``tests/book/test_captions.py`` checks their
 caption promises over the whole slider grid).
 """
 

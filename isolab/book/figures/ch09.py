@@ -20,7 +20,7 @@ Each figure and the chapter's printed checks share one computation here:
   Adam's and Iso's first steps and the tuned losses (log axis) as ``kappa``, the eigenbasis
   (a toggle: ``"diagonal"`` or ``"random"``) and the batch change.
 
-``EXPLORABLES`` lists the explorable builders (``tests/test_captions.py`` checks their
+``EXPLORABLES`` lists the explorable builders (``tests/book/test_captions.py`` checks their
 caption promises over the whole slider grid).
 """
 

@@ -12,7 +12,7 @@ Iso is the green solid line with circles never has to read a legend again::
 Colours come from Paul Tol's *muted* qualitative scheme (nine colours designed to stay
 distinguishable for the common forms of colour-vision deficiency), SGD, the baseline, near
 black. Each optimizer also has its own marker and line style, so that the curves can
-be told apart in greyscale too; ``tests/test_figure_style.py`` checks both, the colours
+be told apart in greyscale too; ``tests/book/test_figure_style.py`` checks both, the colours
 through a simulation of protan, deutan and tritan vision (Machado et al., 2009).
 
 Sizes are chosen for the page. A plain figure is drawn at :data:`FIGURE_DPI` (twice that

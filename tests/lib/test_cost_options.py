@@ -204,7 +204,7 @@ import pathlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _load(path):
@@ -247,10 +247,10 @@ def test_gpu_check_cpu_fallback_writes_the_documented_schema(tmp_path):
 def test_gpu_check_collects_only_the_files_with_gpu_tests():
     gpu_check = _load(ROOT / "scripts" / "gpu_check.py")
     files = gpu_check.gpu_test_files()
-    assert "tests/test_optim_behaviour.py" in files and "tests/test_dropin.py" in files
+    assert "tests/lib/test_optim_behaviour.py" in files and "tests/lib/test_dropin.py" in files
     marker = "@pytest.mark." + "gpu"  # spelled in two pieces so that this file does not match
     assert all(marker in (ROOT / f).read_text() for f in files)
-    assert "tests/test_cost_options.py" not in files
+    assert "tests/lib/test_cost_options.py" not in files
 
 
 def test_gpu_check_without_cuda_exits_0_with_the_message(tmp_path, capsys):

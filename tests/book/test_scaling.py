@@ -363,7 +363,7 @@ def test_train_ddp_script_under_torchrun_keeps_replicas_identical():
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "train_ddp.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "train_ddp.py"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script), "--steps", "12"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

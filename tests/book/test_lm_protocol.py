@@ -11,7 +11,7 @@ import torch
 
 from isolab.book import lm, lm_protocol as P, lm_results as R
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = P.SIZES["tiny"]
 
 

@@ -9,7 +9,7 @@ import torch
 
 from isolab.book.engine import DEFAULTS, OPTIMIZERS
 
-BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _load(name):

@@ -40,7 +40,7 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 MAX_EXPLORABLE_BYTES = 2_000_000
 #: How long one condition may take. Generous: a loaded two-core machine renders a chapter

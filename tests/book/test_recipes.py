@@ -23,7 +23,7 @@ from isolab.nn import convert_attention
 from isolab.optim import IsoAdam, split_parameters
 from scripts_loader import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "book" / "using_isolab.ipynb"
 recipe = load_script("recipe_ddp")
 GPT = recipe.GPT

@@ -10,7 +10,7 @@ import torch
 from isolab.book import lm, lm_protocol
 from isolab.book.seeding import generator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ corpus

@@ -53,7 +53,7 @@ def test_cost_draws_one_marker_per_layer_and_method_and_no_bars_on_its_log_axis(
 
 
 def test_exponent_family_keeps_its_caption_promises_and_readable_text():
-    """What tests/test_captions.py checks for Parts I and II, here for Chapter 12's explorable."""
+    """What tests/book/test_captions.py checks for Parts I and II, here for Chapter 12's explorable."""
     from matplotlib.text import Text
 
     from isolab.book.explorable import MIN_MAIN_VALUES

@@ -59,7 +59,7 @@ def test_engine_matches_torch_optim_with_other_hyperparameters(name, hyper):
 @pytest.mark.parametrize("nesterov", [True, False])
 def test_muon_lanes_match_isolab_muon_over_twenty_steps(nesterov):
     """Part III's Muon baseline: 20 steps in float64, every lane within 1e-8 of
-    isolab.optim.Muon (whose bf16 mode is bitwise torch.optim.Muon: tests/test_dropin.py)."""
+    isolab.optim.Muon (whose bf16 mode is bitwise torch.optim.Muon: tests/lib/test_dropin.py)."""
     _compare(SMALL, "muon", LRS, 20, hyper=dict(momentum=0.9, nesterov=nesterov), rtol=1e-8)
 
 

@@ -36,7 +36,7 @@ from isolab.book.engine.tuning import rung_steps, scores
 from isolab.book.results import load
 from isolab.book.seeding import jittered
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _spec = importlib.util.spec_from_file_location("run_sweeps", ROOT / "scripts" / "run_sweeps.py")
 rs = importlib.util.module_from_spec(_spec)
