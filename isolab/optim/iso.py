@@ -776,6 +776,13 @@ class _IsoBase(RoutedOptimizer):
     def _apply_whitened(self, group, p, st, rows):  # pragma: no cover
         raise NotImplementedError
 
+    def _transform_direction(self, group, p, d, st):
+        """The whitened matrix ``d`` (``p``'s layout, the whole matrix) before the elementwise part
+        of the step: the identity. Subclasses that try a variant of the step (a normalized or
+        polar whitened direction) override this one method; it runs where the whitening runs
+        (on the matrix's owner under FSDP2)."""
+        return d
+
     # -- FSDP2 ------------------------------------------------------------------------------
     def _matrix_cost(self, p):
         """The two roots (``~(n³ + m³)``, amortized but balanced at their full cost) and the
@@ -1167,7 +1174,7 @@ class Iso(_IsoBase):
         lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
 
         def whiten(u):
-            return self._whiten(p, u, st)
+            return self._transform_direction(group, p, self._whiten(p, u, st), st)
 
         after = group.get("momentum_placement", "gradient") == "update"
         g = whiten(p.grad / rows).to(p.dtype) if after else p.grad / rows
@@ -1195,7 +1202,7 @@ class Iso(_IsoBase):
         return (g.lerp(buf, mu) if group["nesterov"] else buf), buf
 
     def _owner_direction(self, group, p, full, st, rows):
-        return self._whiten(p, full, st).to(p.dtype)
+        return self._transform_direction(group, p, self._whiten(p, full, st), st).to(p.dtype)
 
     def _apply_sharded(self, group, p, st, d, carry):
         lr, mu, wd = as_float(group["lr"]), group["momentum"], group["weight_decay"]
@@ -1311,14 +1318,15 @@ class IsoAdam(_IsoBase):
         check_bool(group["whiten"], "whiten")
 
     def _apply_whitened(self, group, p, st, rows):
-        w = self._whiten(p, p.grad.to(st["root_x"].dtype) / rows, st).to(p.dtype)
+        w = self._transform_direction(group, p, self._whiten(p, p.grad.to(st["root_x"].dtype) / rows, st), st)
+        w = w.to(p.dtype)
         adam_step(p, w, st, as_float(group["lr"]), group["betas"], group["eps"], group["weight_decay"], "adam_step")
 
     def _sharded_input(self, group, p, st, rows):
         return fsdp.local(p.grad), None
 
     def _owner_direction(self, group, p, full, st, rows):
-        return self._whiten(p, full.to(st["root_x"].dtype) / rows, st).to(p.dtype)
+        return self._transform_direction(group, p, self._whiten(p, full.to(st["root_x"].dtype) / rows, st), st).to(p.dtype)
 
     def _apply_sharded(self, group, p, st, d, carry):
         adam_step(p, d.reshape(fsdp.local(p).shape), st, as_float(group["lr"]), group["betas"], group["eps"],
