@@ -373,7 +373,7 @@ def floor_shapes(factory, make, data, loss_fn):
         if group["algorithm"] == "adam" or not group.get("whiten", True):
             continue
         for p in group["params"]:
-            used = opt.statistics.used_rows(opt._layer_of[id(p)])  # min(b, the layer's row limit)
+            used = opt.statistics.used_rows(opt._site_of[p])  # min(b, the layer's row limit)
             out.append((used, p[0].numel(), p.shape[0], group["stat_interval"]))
     if not out:
         raise RuntimeError("the optimizer whitens no weight: no arithmetic floor to time")

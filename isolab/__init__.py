@@ -1,6 +1,8 @@
 """isolab: isotropic features and the optimizers they lead to.
 
-The library (what a training script imports):
+The library (what a training script imports): ``from isolab import IsoAdam, Iso, Muon, Shampoo,
+SignSGD``, and
+
 
 - :mod:`isolab.optim`       the ``torch.optim`` optimizers: SignSGD, Muon, Shampoo, Iso,
   IsoAdam, and the routing of a model's parameters between them.
@@ -21,3 +23,7 @@ The book's chapter code (experiments, problems, sweeps, figures) lives in
 """
 
 __version__ = "0.1.0"
+
+from .optim import Iso, IsoAdam, Muon, Shampoo, SignSGD  # noqa: E402  (the optimizers, as torch.optim's)
+
+__all__ = ["Iso", "IsoAdam", "Muon", "Shampoo", "SignSGD", "__version__"]

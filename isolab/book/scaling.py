@@ -175,7 +175,7 @@ def count_flops(fn: Callable, *args, **kwargs) -> FlopCount:
 
 
 #: Column-block width with which :func:`isolab.linalg.gram` (used by
-#: :class:`isolab.optim.statistics.LayerStatistics`) forms ``XᵀX`` on a CPU: upper block
+#: :class:`isolab.optim.LayerStatistics`) forms ``XᵀX`` on a CPU: upper block
 #: triangle only, mirrored. Read from the library, so that the cost model follows it.
 GRAM_BLOCK: int = linalg.GRAM_BLOCK
 
@@ -437,14 +437,14 @@ def measure_statistics(n: int, m: int, b: int, *, input_grad: bool = True, repea
     r"""Count (and optionally time) one layer's forward and backward with and without Iso's hooks.
 
     A ``nn.Linear(n, m)`` on ``b`` rows (``input_grad``: the input requires a gradient, as
-    for every layer but the first); the hooks are :class:`isolab.optim.statistics.LayerStatistics`,
+    for every layer but the first); the hooks are :class:`isolab.optim.LayerStatistics`,
     which form ``XᵀX`` and ``GᵀG`` during backward as the optimizers do. Returns the counted
     flops ``forward_backward`` and ``statistics`` (the hooked run minus the plain one) and,
     when ``repeats > 0``, the seconds ``forward_backward_s`` and ``statistics_s`` (the
     difference). Plain and hooked runs alternate, so that a change in the machine's load
     affects both alike, and each time is the best of ``repeats`` runs.
     """
-    from isolab.optim.statistics import LayerStatistics
+    from isolab.optim import LayerStatistics
 
     _check_dims(n=n, m=m, b=b)
     torch.manual_seed(seed)
@@ -989,14 +989,14 @@ def first_root_gain(rows: int, d: int = 64, *, damping: float = 1e-3, shrinkage:
     ``(Ĉ + δ·tr(Ĉ)/d·I)^{-1/2}`` relative to a direction of average variance,
     ``sqrt(tr(Ĉ)/d) · λ_min(Ĉ + δ·tr(Ĉ)/d·I)^{-1/2}``, for ``Ĉ`` the covariance of ``rows``
     isotropic Gaussian rows in ``d`` dimensions (the first statistics step, when the running
-    average holds one batch), with the damping IsoAdam applies (:func:`isolab.optim.iso.effective_damping`:
+    average holds one batch), with the damping IsoAdam applies (:func:`isolab.optim.covariance.effective_damping`:
     raised towards ``d/(d + rows)`` while ``rows < d`` when ``shrinkage`` is on). The median
     over ``draws`` batches, float64.
 
     Marchenko–Pastur puts the smallest eigenvalue of ``Ĉ`` near ``(1 - sqrt(d/rows))^2`` of
     the mean: near zero at ``rows = d``, where the shrinkage is off, so the gain there is
     about ``δ^{-1/2}``, the most any row count gives."""
-    from isolab.optim.iso import effective_damping
+    from isolab.optim.covariance import effective_damping
 
     gen = torch.Generator().manual_seed(seed)
     delta = effective_damping({"damping": damping, "shrinkage": shrinkage}, rows, d, rows)

@@ -1,129 +1,65 @@
-"""Shared machinery of isolab's optimizers: validation, routing, the Adam fallback.
+"""What isolab's matrix optimizers share: routing, validation, the one step path, the AdamW
+fallback, loss scaling, non-finite checks, state dicts and copies.
 
-Every optimizer here is one :class:`torch.optim.Optimizer` whose parameter groups each
-carry an ``"algorithm"`` key: the optimizer's own matrix algorithm (``"muon"``,
-``"shampoo"``, ``"iso"``, ``"isoadam"``) or ``"adam"``, the fallback for parameters that
-are not hidden weight matrices. One object, one ``state_dict``, and learning-rate
-schedulers act on every group.
+Every optimizer here is one :class:`torch.optim.Optimizer` whose parameter groups each carry an
+``"algorithm"`` key: the optimizer's own matrix algorithm (``"muon"``, ``"shampoo"``, ``"iso"``,
+``"isoadam"``) or ``"adam"``, the AdamW fallback for parameters that are not hidden weight
+matrices. One object, one ``state_dict``; learning-rate schedulers act on every group (a float
+``lr``, or a one-element tensor as ``torch.optim`` accepts). Schedulers that cycle momentum write
+``betas[0]`` in IsoAdam's groups and ``momentum`` in the others'; the fallback group keeps its
+own ``betas``.
 
-Schedulers act on every group's ``lr`` (a float, or a one-element tensor as ``torch.optim``
-accepts). Schedulers that cycle momentum (``OneCycleLR(cycle_momentum=True)``, ``CyclicLR``)
-write ``betas[0]`` in every group of IsoAdam, and ``momentum`` in every group of Muon, Iso,
-Shampoo and SignSGD; there the AdamW fallback group keeps its own ``betas`` (the ``momentum``
-key written into it is not read).
+**A step** (:meth:`RoutedOptimizer.step`) runs in two phases: *validate* (the gradients and, for
+Iso and IsoAdam, the captured statistics and inverse roots), then *apply*. The matrix part of
+each optimizer is four methods, ``_pre`` (elementwise, on this process's rows: momentum),
+``_prepare`` (whole-matrix state on the matrix's owner: statistics, roots), ``_direction`` (the
+matrix function: ``msign``, the two-sided product) and ``_post`` (elementwise again: Adam's
+moments, weight decay, the update); :mod:`isolab.optim._stage` runs them on one process, under
+DDP and under FSDP2 alike, so each optimizer's arithmetic is written once.
 
-Loading a state dict saved by another optimizer class raises ``ValueError`` saying so (the
-groups' ``algorithm`` tags identify the class), instead of failing later with a ``KeyError``.
+**Non-finite values** (``nonfinite=``). ``"raise"``: a NaN or Inf in a gradient (or in Iso's
+captured statistics) raises ``FloatingPointError`` naming the parameter, with nothing changed;
+this reads a flag on the host every step. ``"skip"``: the check stays on the device (no host
+synchronisation): a step whose gradients or statistics are not finite leaves every parameter
+and every tensor of the optimizer's state as it was, and :attr:`RoutedOptimizer.skipped_steps`
+counts such steps (a device tensor; step counters and refresh schedules still advance).
+``"auto"`` (default): ``"raise"`` for parameters on the CPU, where reading the flag costs
+nothing, ``"skip"`` on accelerators.
 
-A ``step`` runs in two phases: *validate* (every gradient finite, every new statistic and
-inverse root finite and computable), then *apply*. An error in the first phase leaves
-parameters and optimizer state exactly as they were.
+**Loss scaling** (``torch.amp.GradScaler``). The optimizers declare
+``_step_supports_amp_scaling``: ``scaler.step(opt)`` hands them the scale and the overflow flag
+instead of unscaling the gradients itself. They unscale every gradient with torch's own kernel
+and remove the scale from what the hooks captured (``G`` carries it: Iso's ``Cov(G)`` would
+otherwise be ``s²`` times too large), and skip the step when the scaler found an overflow, as
+torch does. So a run with a scaler equals the run without one. If the gradients were already
+unscaled (``scaler.unscale_(opt)`` before ``scaler.step``, e.g. to clip them), Iso and IsoAdam
+need the scaler itself to read the scale: pass ``grad_scaler=scaler`` when building them.
 
-Under FSDP2 (parameters that are ``DTensor`` shards, :mod:`isolab.fsdp`) the Adam fallback
-runs on each process's own rows, the gradient check is agreed over the mesh (a NaN in one
-process's rows raises the same error on every process), and each subclass's matrix step uses
-the owner scheme of :mod:`isolab.fsdp`.
+**Copies.** ``copy.deepcopy(optimizer)``, ``pickle`` and ``torch.save`` work: the copy holds
+copies of its parameters (and of the model, for Iso and IsoAdam, whose copy is hooked afresh)
+and steps them. A ``(model, optimizer)`` pair copied together stays a pair. The process group,
+a ``grad_scaler`` and FSDP2-sharded parameters are not copied (an optimizer over sharded
+parameters refuses: save its ``state_dict()`` instead).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from numbers import Real
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .. import fsdp, rules
+from .. import distributed, fsdp, rules
+from ._stage import LocalJobs, MatrixItem, SharedJobs, run_stage
+from ._validation import check_betas, check_choice, check_eps, check_lr, check_nonneg
+from .failures import UNCHANGED, UNCHANGED_ANYWHERE, Failure, StepFailed
 from .routing import split_parameters, weight_layouts
 
-# --------------------------------------------------------------------------- validation
-
-
-def check_float(name: str, value, *, low=None, high=None, low_open=False, high_open=False) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` naming the argument and the value."""
-    if isinstance(value, bool) or not isinstance(value, Real) or isinstance(value, torch.Tensor):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if low is not None and (v < low or (low_open and v == low)):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and (v > high or (high_open and v == high)):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
-    return v
-
-
-def check_lr(value, name="lr"):
-    """A learning rate ``>= 0``: a real number, or (as ``torch.optim`` accepts) a one-element
-    tensor, which is returned as is so that schedulers can ``fill_`` it in place."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"{name} as a Tensor must have one element, got shape {tuple(value.shape)}")
-        if value.is_complex() or not value.is_floating_point():
-            raise ValueError(f"{name} as a Tensor must be a floating-point tensor, got {value.dtype}")
-        check_float(name, float(value), low=0.0)
-        return value
-    return check_float(name, value, low=0.0)
-
-
-def as_float(value):
-    """A hyperparameter as a Python float (a one-element tensor lr is read once per step)."""
-    return float(value) if isinstance(value, torch.Tensor) else value
-
-
-def check_beta(value, name) -> float:
-    """A decay rate in ``[0, 1)``."""
-    return check_float(name, value, low=0.0, high=1.0, high_open=True)
-
-
-def check_betas(value, name="betas") -> tuple[float, float]:
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ValueError(f"{name} must be a pair (beta1, beta2), got {value!r}")
-    return (check_beta(value[0], f"{name}[0]"), check_beta(value[1], f"{name}[1]"))
-
-
-def check_eps(value, name="eps") -> float:
-    return check_float(name, value, low=0.0, low_open=True)
-
-
-def check_nonneg(value, name) -> float:
-    return check_float(name, value, low=0.0)
-
-
-def check_positive_int(value, name) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def check_nonneg_int(value, name) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
-
-
-def check_bool(value, name) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def check_choice(value, name, choices) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
-
-
-def check_dtype(value, name="stats_dtype") -> torch.dtype:
-    if value not in (torch.float32, torch.float64):
-        raise ValueError(f"{name} must be torch.float32 or torch.float64, got {value!r}")
-    return value
-
-
-#: Hyperparameters of the Adam fallback, validated for every group with algorithm="adam".
-ADAM_KEYS = ("lr", "betas", "eps", "weight_decay")
+#: ``nonfinite=`` choices (see the module docstring).
+NONFINITE = ("auto", "raise", "skip")
 
 
 def validate_adam_group(group: dict) -> None:
@@ -133,34 +69,10 @@ def validate_adam_group(group: dict) -> None:
     check_nonneg(group["weight_decay"], "weight_decay")
 
 
-# --------------------------------------------------------------------------- Adam step
-
-
-def adam_step(param: torch.Tensor, grad: torch.Tensor, state: dict, lr, betas, eps, weight_decay, count_key="step") -> None:
-    """One AdamW step, operation for operation as ``torch.optim.Adam``'s single-tensor path.
-
-    ``state`` holds the step count under ``count_key`` (int), ``exp_avg`` and
-    ``exp_avg_sq`` (param's dtype, like torch). Weight decay is decoupled:
-    ``p ← p·(1 − lr·wd)`` (AdamW). The arithmetic is :func:`isolab.rules.adam_update_`,
-    shared with the vectorized engine (where ``lr`` may be a per-lane tensor).
-    """
-    if "exp_avg" not in state:
-        state[count_key] = 0
-        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-        state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-    state[count_key] += 1
-    # a DTensor (FSDP2) parameter and its moments are updated on this process's rows
-    rules.adam_update_(
-        fsdp.local(param), fsdp.local(grad), fsdp.local(state["exp_avg"]), fsdp.local(state["exp_avg_sq"]),
-        state[count_key], lr, betas, eps, weight_decay,
-    )
-
-
 def adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay,
                            names=("adam_lr", "adam_betas", "adam_eps", "adam_weight_decay")):
     """Validated hyperparameters of the AdamW fallback group. ``names`` are the arguments the
-    caller passed (``adam_lr``..., or ``lr``... where IsoAdam's fallback inherits its own),
-    so that an error names what the user wrote."""
+    caller passed (``adam_lr``…, or ``lr``… where IsoAdam's fallback inherits its own)."""
     check_lr(adam_lr, names[0])
     check_betas(adam_betas, names[1])
     check_eps(adam_eps, names[2])
@@ -168,110 +80,199 @@ def adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay,
     return dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
 
 
+def as_float(value):
+    """A hyperparameter as a Python float (a one-element tensor ``lr`` is read once per step)."""
+    return float(value) if isinstance(value, torch.Tensor) else value
 
-# --------------------------------------------------------------------------- base class
+
+class Writer:
+    """Apply in-place updates, or (``skip`` a device bool) keep the old values where ``skip``
+    is set, without reading it on the host: ``write(t, f)`` runs ``f`` on ``t`` (``f`` updates
+    its argument in place and returns it)."""
+
+    def __init__(self, skip: torch.Tensor | None):
+        self.skip = skip
+
+    def __call__(self, target: torch.Tensor, update) -> None:
+        if self.skip is None:
+            update(target)
+        else:
+            new = update(target.clone())
+            target.copy_(torch.where(self.skip, target, new))
+
+    def foreach(self, targets: list[torch.Tensor], update) -> None:
+        """``update(list)`` on a list of tensors (``torch._foreach_*`` ops), masked as above."""
+        if self.skip is None:
+            update(targets)
+        else:
+            new = update([t.clone() for t in targets])
+            for t, n in zip(targets, new):
+                t.copy_(torch.where(self.skip, t, n))
+
+    def value(self, old, new):
+        """A replaced state entry: ``new``, or ``old`` where the step is skipped."""
+        if self.skip is None or not isinstance(new, torch.Tensor):
+            return new
+        return torch.where(self.skip, torch.zeros_like(new) if old is None else old.to(new.dtype), new)
+
+
+def adam_step_(params, grads, states, lr, betas, eps, weight_decay, write: Writer, count_key="step") -> None:
+    """AdamW on a list of parameters, operation for operation :func:`isolab.rules.adam_update_`
+    (``torch.optim.Adam``'s arithmetic) with ``torch._foreach_*`` ops. ``states[i]`` holds the
+    count under ``count_key`` and ``exp_avg``, ``exp_avg_sq`` (created here, zero)."""
+    if not params:
+        return
+    for p, st in zip(params, states):
+        if "exp_avg" not in st:
+            st[count_key] = 0
+            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        st[count_key] += 1
+    local = [fsdp.local(p) for p in params]  # a DTensor (FSDP2) parameter is updated on this process's rows
+    grads = [fsdp.local(g) for g in grads]
+    m = [fsdp.local(st["exp_avg"]) for st in states]
+    v = [fsdp.local(st["exp_avg_sq"]) for st in states]
+    beta1, beta2 = betas
+    corrections = [rules.adam_bias_corrections(st[count_key], betas) for st in states]
+    if isinstance(lr, torch.Tensor) or any(t.is_sparse for t in grads):  # pragma: no cover - one at a time
+        for p, g, a, b, st in zip(local, grads, m, v, states):
+            rules.adam_update_(p, g, a, b, st[count_key], lr, betas, eps, weight_decay)
+        return
+    def decay(ps):
+        torch._foreach_mul_(ps, 1 - lr * weight_decay)
+        return ps
+
+    def first_moment(ms):
+        torch._foreach_lerp_(ms, grads, 1 - beta1)
+        return ms
+
+    def second_moment(vs):
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, grads, grads, 1 - beta2)
+        return vs
+
+    if weight_decay:
+        write.foreach(local, decay)
+    write.foreach(m, first_moment)
+    write.foreach(v, second_moment)
+    denom = torch._foreach_sqrt(v)
+    torch._foreach_div_(denom, [c2**0.5 for _, c2 in corrections])
+    torch._foreach_add_(denom, eps)
+
+    def descend(ps):
+        torch._foreach_addcdiv_(ps, m, denom, [-lr / c1 for c1, _ in corrections])
+        return ps
+
+    write.foreach(local, descend)
+
+
+@dataclass
+class _LossScale:
+    """What a ``GradScaler`` handed to this step: its overflow flag and the scale the captured
+    output gradients carry (``None``: nothing captured needs it)."""
+
+    found_inf: torch.Tensor
+    scale: torch.Tensor | None
 
 
 class RoutedOptimizer(Optimizer):
-    """Base: a matrix algorithm plus an Adam fallback, with validation before mutation.
+    """Base: a matrix algorithm plus an AdamW fallback (see the module docstring).
 
-    Subclasses set ``algorithm`` (the group tag of their matrix groups), implement
-    ``_validate_matrix_group(group)`` and ``_step_matrix_groups(groups)``, and list in
-    ``stat_keys`` the state entries that must keep their own dtype (float32 statistics of
-    bfloat16 parameters) through ``load_state_dict``.
+    Subclasses set ``algorithm`` (their groups' tag), implement ``_validate_matrix_group`` and the
+    step's four methods, and list in ``stat_keys`` the state entries that keep their own dtype
+    (float32 statistics of bfloat16 parameters) through ``load_state_dict``.
     """
 
     algorithm: str = ""
     stat_keys: tuple[str, ...] = ()
-    #: former names of group keys, ``{old: new}``: a group passed with an old name is read under
-    #: the new one with a ``DeprecationWarning``; a loaded state dict's groups are renamed silently
+    #: former names of group keys, ``{old: new}``: read under the new name (with a
+    #: ``DeprecationWarning`` when passed by a user; silently in a loaded state dict)
     renamed_keys: dict[str, str] = {}
+    #: whether captured output gradients must be unscaled too (Iso, IsoAdam)
+    _captures_output_gradients = False
+    _step_supports_amp_scaling = True
+    #: instance attributes a copy keeps (besides torch's ``defaults``, ``state``, ``param_groups``)
+    _copied = ("model", "_names", "_layouts", "_adam_defaults", "_steps_taken", "_start_scale", "_skipped")
 
-    def __init__(
-        self,
-        params,
-        defaults: dict,
-        adam_defaults: dict,
-        *,
-        embeddings=None,
-        head="auto",
-        others="raise",
-        matrix_params=None,
-    ):
+    def __init__(self, params, defaults: dict, adam_defaults: dict, *, embeddings=None, head="auto",
+                 others="raise", grad_scaler=None):
+        cls = type(self).__name__
+        if grad_scaler is not None and not hasattr(grad_scaler, "_scale"):
+            raise ValueError(f"{cls}: grad_scaler must be a torch.amp.GradScaler, got {type(grad_scaler).__name__}")
+        self._grad_scaler = grad_scaler
         self._adam_defaults = dict(adam_defaults)
-        if not hasattr(self, "_names"):
-            self._names: dict[int, str] = {}
+        self._names: dict = {}
         self.model: nn.Module | None = None
-        #: {id(weight): "out_in" | "in_out"} of the routed model's matrices (empty for explicit groups:
-        #: torch's "out_in" is assumed)
-        self._layouts: dict[int, str] = {}
+        #: {weight: "out_in" | "in_out"} of a routed model's matrices (explicit groups: "out_in")
+        self._layouts: dict = {}
+        self._skipped = None
+        self._owner_only = False
+        defaults = dict(defaults, nonfinite=defaults.get("nonfinite", "auto"))
         if isinstance(params, nn.Module):
-            model = params
-            self.model = model
-            self._layouts = weight_layouts(model)
-            split = self._reroute(split_parameters(model, embeddings=embeddings, head=head, others=others))
-            for group in split.values():
-                for name, p in group.items():
-                    self._names[id(p)] = name
-            groups = []
-            if split["matrix"]:
-                groups.append({"params": list(split["matrix"].values()), "algorithm": self.algorithm})
-            rest = [p for g in ("embedding", "head", "vector") for p in split[g].values()]
-            if rest:
-                groups.append({"params": rest, "algorithm": "adam"})
-            if not split["matrix"]:
-                raise ValueError(
-                    f"{type(self).__name__}: the model has no hidden weight matrix to optimize (nn.Linear, "
-                    f"convolution or attention weight; parameters found: {sum(len(g) for g in split.values())}); "
-                    "a matrix optimizer needs at least one"
-                )
-            params = groups
+            params = self._route(params, embeddings, head, others)
         elif embeddings is not None or not (head is None or (isinstance(head, str) and head == "auto")):
-            raise ValueError("embeddings= and head= are only meaningful when a model (nn.Module) is passed")
+            raise ValueError(f"{cls}: embeddings= and head= are only meaningful when a model (nn.Module) is passed")
         super().__init__(params, defaults)
         self._steps_taken = 0
         #: the FSDP2 mesh the parameters are sharded over (``None``: plain tensors)
-        self._sharding = fsdp.sharding_of([p for g in self.param_groups for p in g["params"]], type(self).__name__)
-        self._owners: dict[int, int] = {}
+        self._sharding = fsdp.sharding_of([p for g in self.param_groups for p in g["params"]], cls)
+        self._owners: dict = {}
         if self._sharding is not None:
             self._assign_owners()
-            # torch.distributed.checkpoint's get/set_optimizer_state_dict initialise an *empty*
-            # state by a step on zero gradients, which a hooked optimizer cannot take (no rows were
-            # captured); an entry per parameter marks the state as initialised
+            # torch.distributed.checkpoint initialises an *empty* state by a step on zero gradients, which a
+            # hooked optimizer cannot take: an entry per parameter marks the state as initialised
             for g in self.param_groups:
                 for p in g["params"]:
                     self.state[p]
-        # max|w| of every parameter at construction: lets a later failure say whether the
-        # parameters blew up under this optimizer's steps (read only on the failure path)
+        # max|w| at construction: a later failure says whether the parameters blew up (read only then)
         params = [p for g in self.param_groups for p in g["params"]]
-        self._start_scale = {id(p): a for p, a in zip(params, self._param_maxima(params)) if a is not None}
+        self._start_scale = {p: a for p, a in zip(params, self._param_maxima(params)) if a is not None}
+
+    # -- routing --------------------------------------------------------------------------
+    def _route(self, model, embeddings, head, others):
+        self.model = model
+        self._layouts = weight_layouts(model)
+        split = self._reroute(split_parameters(model, embeddings=embeddings, head=head, others=others))
+        for group in split.values():
+            for name, p in group.items():
+                self._names[p] = name
+        if not split["matrix"]:
+            raise ValueError(
+                f"{type(self).__name__}: the model has no hidden weight matrix to optimize (nn.Linear, convolution or "
+                f"attention weight; parameters found: {sum(len(g) for g in split.values())}); a matrix optimizer needs "
+                "at least one"
+            )
+        groups = [{"params": list(split["matrix"].values()), "algorithm": self.algorithm}]
+        rest = [p for g in ("embedding", "head", "vector") for p in split[g].values()]
+        if rest:
+            groups.append({"params": rest, "algorithm": "adam"})
+        return groups
 
     def _reroute(self, split):
         """Hook for subclasses: adjust :func:`split_parameters`' routing (Iso: unwhitenable matrices)."""
         return split
 
-    # -- groups -------------------------------------------------------------------
+    # -- groups ---------------------------------------------------------------------------
     def add_param_group(self, param_group: dict) -> None:
+        cls = type(self).__name__
         if not isinstance(param_group, dict):
-            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+            raise TypeError(f"{cls}: param_group must be a dict, got {type(param_group).__name__}")
         param_group = dict(param_group)
         for old, new in self.renamed_keys.items():
             if old in param_group:
                 if new in param_group and param_group[new] != param_group[old]:
-                    raise ValueError(f"{type(self).__name__}: a parameter group sets both {new}={param_group[new]!r} "
+                    raise ValueError(f"{cls}: a parameter group sets both {new}={param_group[new]!r} "
                                      f"and its deprecated alias {old}={param_group[old]!r}")
-                warnings.warn(f"{type(self).__name__}: the parameter-group key {old!r} is deprecated; it is {new!r}",
+                warnings.warn(f"{cls}: the parameter-group key {old!r} is deprecated; it is {new!r}",
                               DeprecationWarning, stacklevel=2)
                 param_group[new] = param_group.pop(old)
         algo = param_group.setdefault("algorithm", self.algorithm)
         if algo not in (self.algorithm, "adam"):
-            raise ValueError(
-                f"{type(self).__name__}: a parameter group's algorithm must be "
-                f"{self.algorithm!r} or 'adam', got {algo!r}"
-            )
+            raise ValueError(f"{cls}: a parameter group's algorithm must be {self.algorithm!r} or 'adam', got {algo!r}")
         if algo == "adam":
             for k, v in self._adam_defaults.items():
                 param_group.setdefault(k, v)
+            param_group.setdefault("nonfinite", self.defaults.get("nonfinite", "auto"))
         gi = len(self.param_groups)
         super().add_param_group(param_group)
         group = self.param_groups[-1]
@@ -279,20 +280,24 @@ class RoutedOptimizer(Optimizer):
             for p in group["params"]:
                 if p.is_sparse:
                     raise ValueError(f"{self._name(p, gi)}: sparse parameters are not supported")
+            check_choice(group["nonfinite"], "nonfinite", NONFINITE)
             if algo == "adam":
                 validate_adam_group(group)
             else:
                 for p in group["params"]:
                     if p.ndim < 2:
                         raise ValueError(
-                            f"{type(self).__name__}: {self._name(p, gi)} has ndim={p.ndim} and was "
-                            f"routed to the matrix algorithm {algo!r}, which needs a 2-D weight; "
-                            "put 1-D parameters (biases, gains) in a group with algorithm='adam' "
-                            "or pass the model to route them automatically"
+                            f"{self._name(p, gi)} has ndim={p.ndim} and was routed to the matrix algorithm {algo!r}, "
+                            "which needs a 2-D weight; put 1-D parameters (biases, gains) in a group with "
+                            "algorithm='adam' or pass the model to route them automatically"
                         )
                 self._validate_matrix_group(group, gi)
-        except Exception:
+            if getattr(self, "_sharding", None) is not None:
+                self._assign_owners()
+        except Exception as e:
             self.param_groups.pop()
+            if isinstance(e, ValueError) and not str(e).startswith(f"{cls}:"):
+                raise ValueError(f"{cls}: {e}") from None
             raise
 
     def _validate_matrix_group(self, group: dict, gi: int) -> None:  # pragma: no cover
@@ -300,30 +305,25 @@ class RoutedOptimizer(Optimizer):
 
     def _out_in(self, p: torch.Tensor) -> tuple[int, int]:
         """``(out, in)`` of the layer whose weight is ``p``, in the layer's orientation (a weight
-        stored ``(in, out)`` is read transposed; a kernel as ``(shape[0], -1)``)."""
-        if self._layouts.get(id(p)) == "in_out":
+        stored ``(in, out)`` read transposed; a kernel as ``(shape[0], -1)``)."""
+        if self._layouts.get(p) == "in_out":
             return int(p.shape[1]), int(p.shape[0])
         return int(p.shape[0]), math.prod(p.shape[1:])
 
     def _name(self, p: torch.Tensor, gi: int | None = None) -> str:
-        name = self._names.get(id(p))
+        name = self._names.get(p)
         shape = tuple(p.shape)
         if name is not None:
             return f"parameter {name!r} {shape}"
         if gi is None:
-            for i, g in enumerate(self.param_groups):
-                if any(q is p for q in g["params"]):
-                    gi = i
-                    break
+            gi = next((i for i, g in enumerate(self.param_groups) if any(q is p for q in g["params"])), None)
         where = f" in group {gi}" if gi is not None else ""
         idx = ""
         if gi is not None and gi < len(self.param_groups):
-            for j, q in enumerate(self.param_groups[gi]["params"]):
-                if q is p:
-                    idx = f" #{j}"
+            idx = next((f" #{j}" for j, q in enumerate(self.param_groups[gi]["params"]) if q is p), "")
         return f"parameter{idx}{where} of shape {shape}"
 
-    # -- sharding (FSDP2) -------------------------------------------------------------
+    # -- FSDP2 owners ---------------------------------------------------------------------
     def _matrix_cost(self, p: torch.Tensor) -> float:
         """The whole-matrix work of ``p`` per step, in multiply-adds (what the owners balance)."""
         out, inp = self._out_in(p)
@@ -332,15 +332,13 @@ class RoutedOptimizer(Optimizer):
     def _assign_owners(self) -> None:
         """Give every matrix parameter without an owner one (:func:`isolab.fsdp.assign_by_cost`),
         the same on every process: from the shapes and order of the parameter groups only."""
-        new = [p for g in self.param_groups if g["algorithm"] != "adam" for p in g["params"]
-               if id(p) not in self._owners]
+        new = [p for g in self.param_groups if g["algorithm"] != "adam" for p in g["params"] if p not in self._owners]
         for p, r in zip(new, fsdp.assign_by_cost([self._matrix_cost(p) for p in new], self._sharding.world)):
-            self._owners[id(p)] = r
+            self._owners[p] = r
 
     def _param_maxima(self, params) -> list[float | None]:
-        """``max|w|`` of each parameter (``inf`` where it is not finite, ``None`` where it cannot
-        be read); over the whole parameter under FSDP2 (one ``all_reduce``), so that every
-        process reports the same numbers."""
+        """``max|w|`` of each parameter (``inf`` if not finite, ``None`` if it cannot be read); over
+        the whole parameter under FSDP2 (one ``all_reduce``), the same numbers on every process."""
         values = []
         for p in params:
             t = fsdp.local(p)
@@ -349,7 +347,7 @@ class RoutedOptimizer(Optimizer):
                 continue
             a = float(t.detach().abs().max()) if t.numel() else 0.0
             values.append(a if math.isfinite(a) else math.inf)
-        if self._sharding is not None and values:
+        if getattr(self, "_sharding", None) is not None and values:
             import torch.distributed as dist
 
             t = torch.tensor([-1.0 if v is None else v for v in values], dtype=torch.float64)
@@ -357,52 +355,71 @@ class RoutedOptimizer(Optimizer):
             values = [None if v is None else float(x) for v, x in zip(values, t.tolist())]
         return values
 
-    # -- step ---------------------------------------------------------------------
-    def _first_nonfinite(self, grads) -> int | None:
-        """Index of the first gradient with a NaN or Inf (this process's rows), or ``None``."""
-        if not grads:
-            return None
-        local = [fsdp.local(g) for g in grads]
-        total = torch.stack([g.sum(dtype=torch.float32).to(local[0].device) for g in local]).sum()
-        if math.isfinite(float(total)):  # one sync: a NaN or Inf anywhere makes the sum non-finite
-            return None
-        flags = torch.stack([torch.isfinite(g).all().to(local[0].device) for g in local])
-        if bool(flags.all()):  # a finite gradient whose sum overflowed
-            return None
-        return int((~flags).nonzero()[0, 0])
+    # -- checks ---------------------------------------------------------------------------
+    def _nonfinite_mode(self, device: torch.device) -> str:
+        mode = self.param_groups[0].get("nonfinite", "auto") if self.param_groups else "auto"
+        if mode == "auto":
+            return "raise" if device.type in ("cpu", "meta") else "skip"
+        return mode
 
-    def _check_grads(self) -> None:
-        """Raise ``FloatingPointError`` naming the first parameter with a non-finite grad (under
-        FSDP2: the first on any process, the same error on every process)."""
-        grads, owners = [], []
+    @property
+    def skipped_steps(self) -> int:
+        """Steps skipped on the device because a gradient or a statistic was not finite
+        (``nonfinite="skip"``); reading it synchronises with the device."""
+        return 0 if self._skipped is None else int(self._skipped)
+
+    def _grads(self):
+        out = []
         for gi, group in enumerate(self.param_groups):
             for p in group["params"]:
                 if p.grad is not None:
                     if p.grad.is_sparse:
-                        raise ValueError(f"{self._name(p, gi)}: sparse gradients are not supported")
-                    grads.append(p.grad)
-                    owners.append((p, gi))
-        bad = self._first_nonfinite(grads)
-        if self._sharding is not None and grads:
+                        raise ValueError(f"{type(self).__name__}: {self._name(p, gi)}: sparse gradients are not supported")
+                    out.append((p, gi))
+        return out
+
+    def _check_grads(self, grads, scale: _LossScale | None):
+        """``(mode, skip)``: ``skip`` is ``None`` (go on), ``True`` (the scaler found an overflow:
+        skip the step, raise mode) or a device bool (skip mode). Raise mode raises
+        ``FloatingPointError`` naming the first parameter with a non-finite gradient (under FSDP2
+        the first on any process, the same error everywhere)."""
+        tensors = [fsdp.local(p.grad) for p, _ in grads]
+        device = tensors[0].device if tensors else torch.device("cpu")
+        mode = self._nonfinite_mode(device)
+        if mode == "skip":
+            flag = torch.zeros((), dtype=torch.bool, device=device)
+            if tensors:
+                flag = ~torch.stack([torch.isfinite(t).all() for t in tensors]).all()
+            if scale is not None:
+                flag = flag | (scale.found_inf.to(device) > 0)
+            if self._sharding is not None:
+                import torch.distributed as dist
+
+                f = flag.to(torch.int32)
+                dist.all_reduce(f, op=dist.ReduceOp.MAX, group=self._sharding.group)
+                flag = f > 0
+            return mode, flag
+        if scale is not None and float(scale.found_inf) > 0:
+            return mode, True
+        bad = _first_nonfinite(tensors)
+        if self._sharding is not None and tensors:
             import torch.distributed as dist
 
-            t = torch.tensor([len(grads) if bad is None else bad], dtype=torch.int64)
+            t = torch.tensor([len(tensors) if bad is None else bad], dtype=torch.int64)
             dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._sharding.group)
-            bad = None if int(t) == len(grads) else int(t)
-        if bad is None:
-            return
-        p, gi = owners[bad]
-        raise FloatingPointError(
-            f"{type(self).__name__}: non-finite (NaN or Inf) gradient in {self._name(p, gi)}; "
-            "no parameter or optimizer state was changed" + self._diagnose_parameters("gradient")
-        )
+            bad = None if int(t) == len(tensors) else int(t)
+        if bad is not None:
+            p, gi = grads[bad]
+            where = UNCHANGED_ANYWHERE if self._sharding is not None else UNCHANGED
+            raise FloatingPointError(f"{type(self).__name__}: non-finite (NaN or Inf) gradient in "
+                                     f"{self._name(p, gi)}; {where}" + self._diagnose_parameters("gradient"))
+        return mode, None
 
     def _diagnose_parameters(self, symptom: str) -> str:
-        """On the failure path only: say whether the *parameters* had blown up under this
-        optimizer's own steps (then the non-finite ``symptom``, the gradient or the captured
-        statistics, is their consequence). A divergence shows first as whichever of the two
-        the backward pass makes non-finite first, which depends on the machine's rounding,
-        so both messages name both."""
+        """On the failure path only: whether the *parameters* had blown up under this optimizer's
+        own steps (then the non-finite ``symptom`` is their consequence)."""
+        if self._owner_only:  # inside an owner's computation no collective may run
+            return ""
         both = ("(a divergence shows first as non-finite statistics or as a non-finite gradient, "
                 "whichever the backward pass produces first)")
         worst, worst_p, worst_gi, bad = 0.0, None, None, None
@@ -415,113 +432,209 @@ class RoutedOptimizer(Optimizer):
                 break
             if a > worst:
                 worst, worst_p, worst_gi = a, p, gi
-        steps = self._steps_taken
+        cls, steps = type(self).__name__, self._steps_taken
         if bad is not None:
-            return (
-                f". The parameters themselves are non-finite ({self._name(*bad)}) after {steps} step(s) of "
-                f"{type(self).__name__}: the optimizer's steps diverged and the {symptom} is their consequence "
-                f"{both} (lower the learning rate, or raise the damping)"
-            )
-        start = self._start_scale.get(id(worst_p)) if worst_p is not None else None
+            return (f". The parameters themselves are non-finite ({self._name(*bad)}) after {steps} step(s) of {cls}: "
+                    f"the optimizer's steps diverged and the {symptom} is their consequence {both} (lower the learning "
+                    "rate, or raise the damping)")
+        start = self._start_scale.get(worst_p) if worst_p is not None else None
         if start is not None and worst > 100 * max(start, 1.0):
-            return (
-                f". The parameters grew under {type(self).__name__}'s {steps} step(s): max|w| of "
-                f"{self._name(worst_p, worst_gi)} is {worst:.3g} (it was {start:.3g} when the optimizer was "
-                f"created): the optimizer's steps diverged, not the data {both} (lower the learning rate, or raise "
-                "the damping)"
-            )
+            return (f". The parameters grew under {cls}'s {steps} step(s): max|w| of {self._name(worst_p, worst_gi)} "
+                    f"is {worst:.3g} (it was {start:.3g} when the optimizer was created): the optimizer's steps "
+                    f"diverged, not the data {both} (lower the learning rate, or raise the damping)")
         return ""
 
+    # -- loss scaling ---------------------------------------------------------------------
+    def _loss_scale(self) -> _LossScale | None:
+        """What ``torch.amp.GradScaler.step`` handed over (``found_inf``, ``grad_scale``), with the
+        gradients unscaled here (see the module docstring); ``None`` outside a scaler."""
+        found = getattr(self, "found_inf", None)
+        if found is None:
+            return None
+        scale = getattr(self, "grad_scale", None)
+        if scale is not None:  # the gradients still carry the scale
+            inv = scale.double().reciprocal().float()
+            by_key: dict = {}
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        g = fsdp.local(p.grad)
+                        by_key.setdefault((g.device, g.dtype), []).append(g)
+            for (device, _), grads in by_key.items():
+                torch._amp_foreach_non_finite_check_and_unscale_(
+                    grads, torch.zeros((), device=device), inv.to(device))
+        elif self._grad_scaler is not None:
+            scale = self._grad_scaler._scale
+        elif self._captures_output_gradients:
+            raise ValueError(
+                f"{type(self).__name__}: the GradScaler unscaled the gradients before step() (scaler.unscale_(optimizer), "
+                f"e.g. to clip them), so the scale the captured output gradients carry is unknown here; build the "
+                f"optimizer with grad_scaler=scaler; {UNCHANGED}")
+        return _LossScale(found, scale)
+
+    # -- the step -------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure=None):
         """Perform one optimization step.
 
         Args:
-            closure: optional callable that re-evaluates the model (forward and
-                backward) and returns the loss; it runs with gradients enabled.
+            closure: optional callable that re-evaluates the model (forward and backward) and
+                returns the loss; it runs with gradients enabled.
         """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._check_grads()
-        matrix_groups = [(gi, g) for gi, g in enumerate(self.param_groups) if g["algorithm"] != "adam"]
-        apply_matrix = self._prepare_matrix_groups(matrix_groups)  # validates, mutates nothing
-        apply_matrix()
+        scale = self._loss_scale()
+        grads = self._grads()
+        mode, skip = self._check_grads(grads, scale)
+        if skip is True:  # the scaler found an overflow: no step, exactly as torch skips it
+            self._after_skipped_step()
+            return loss
+        self._skip = skip
+        items = self._matrix_items()
+        try:
+            directions = self._matrix_stage(items, scale, mode)
+        except StepFailed as e:
+            suffix = self._diagnose_parameters("statistics") if e.failure == Failure.NONFINITE_STATISTICS else ""
+            raise e.error(suffix) from e.__cause__
+        write = Writer(self._skip)
+        if self._skip is not None:
+            self._skipped = self._skip.to(torch.int64) if self._skipped is None else self._skipped + self._skip
+        for it, d in zip(items, directions):
+            for k, v in it.new.items():
+                it.state[k] = write.value(it.state.get(k), v)
+            if not it.skip_direction:
+                self._post(it, d, write)
+            self._after_apply(it)
         for group in self.param_groups:
             if group["algorithm"] == "adam":
-                for p in group["params"]:
-                    if p.grad is not None:
-                        adam_step(p, p.grad, self.state[p], as_float(group["lr"]), group["betas"], group["eps"],
-                                  group["weight_decay"])
-        self._steps_taken = getattr(self, "_steps_taken", 0) + 1
+                params = [p for p in group["params"] if p.grad is not None]
+                adam_step_(params, [p.grad for p in params], [self.state[p] for p in params], as_float(group["lr"]),
+                           group["betas"], group["eps"], group["weight_decay"], write)
+        self._steps_taken += 1
         self._after_step()
         return loss
 
-    def _prepare_matrix_groups(self, groups):  # pragma: no cover
+    def _matrix_items(self) -> list[MatrixItem]:
+        return [MatrixItem(gi, g, p, self.state[p]) for gi, g in enumerate(self.param_groups)
+                if g["algorithm"] != "adam" for p in g["params"] if p.grad is not None]
+
+    def _matrix_stage(self, items, scale, mode):
+        """Validate and compute: the directions of ``items`` (this process's rows), nothing changed."""
+        self._pre_all(items)
+        return self._run_matrix_stage(items)
+
+    def _pre_all(self, items) -> None:
+        for it in items:
+            it.rows, it.carry = self._pre(it)
+
+    def _run_matrix_stage(self, items):
+        return run_stage(self, items, self._jobs())
+
+    def _jobs(self):
+        """Where the whole-matrix jobs (roots) run: here, or shared among DDP processes."""
+        comm = getattr(self, "_comm", None)
+        if comm is not None and getattr(self, "distribute_roots", False) and self._sharding is None:
+            return SharedJobs(comm, type(self).__name__)
+        return LocalJobs()
+
+    def _pre(self, it: MatrixItem):
+        """``(rows, carry)``: this process's rows of the matrix the owner needs, and what
+        ``_post`` needs; changes nothing."""
+        return fsdp.local(it.param.grad), None
+
+    def _prepare(self, items, jobs) -> None:
+        """Whole-matrix state of ``items`` (on their owner) into ``item.new``; changes nothing."""
+
+    def _direction(self, it: MatrixItem) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
+
+    def _post(self, it: MatrixItem, d, write: Writer) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _set_rows(self, it: MatrixItem, key: str, rows: torch.Tensor, write: Writer) -> None:
+        """``state[key] ← rows`` for an elementwise state entry (this process's rows of a tensor
+        shaped like the parameter; masked in skip mode)."""
+        st = it.state
+        if self._sharding is None:
+            st[key] = write.value(st.get(key), rows)
+            return
+        if key not in st:
+            st[key] = torch.zeros_like(it.param, dtype=rows.dtype)
+        write(fsdp.local(st[key]), lambda t: t.copy_(rows.reshape(t.shape)))
+
+    def _after_apply(self, it: MatrixItem) -> None:
+        pass
 
     def _after_step(self) -> None:
         pass
 
-    # -- state_dict -----------------------------------------------------------------
+    def _after_skipped_step(self) -> None:
+        pass
+
+    def _failure_text(self, failure: Failure) -> str:
+        """What a failure of the whole-matrix part is, as every process can say it."""
+        return {Failure.ROOT_X: "cannot compute the left inverse root", Failure.ROOT_G: "cannot compute the right "
+                "inverse root"}.get(failure, "the whole-matrix computation failed")
+
+    # -- state_dict -----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """``torch.optim.Optimizer.state_dict``; under FSDP2 each group also records the world
-        size and rank it was saved on (``"sharded_over"``), since the state is per process."""
+        """``torch.optim.Optimizer.state_dict``; under FSDP2 each group also records the world size
+        and rank it was saved on (``"sharded_over"``), since the state is per process."""
         sd = super().state_dict()
         if self._sharding is not None:
             for g in sd["param_groups"]:
                 g["sharded_over"] = (self._sharding.world, self._sharding.rank)
         return sd
 
-    def _check_sharding_of(self, state_dict) -> None:
-        saved = {tuple(g["sharded_over"]) for g in state_dict["param_groups"] if "sharded_over" in g}
-        here = None if self._sharding is None else (self._sharding.world, self._sharding.rank)
-        cls = type(self).__name__
-        if saved and here is None:
-            raise ValueError(f"{cls}.load_state_dict: this state dict was saved by rank {next(iter(saved))[1]} of "
-                             f"{next(iter(saved))[0]} FSDP2 processes and holds that process's shards only; load it "
-                             "there, into the same sharded model")
-        if saved and saved != {here}:
-            raise ValueError(f"{cls}.load_state_dict: this state dict was saved by rank {next(iter(saved))[1]} of "
-                             f"{next(iter(saved))[0]} FSDP2 processes, and this is rank {here[1]} of {here[0]}: "
-                             "each rank must load its own file, at the same number of processes")
-
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a state dict, keeping statistics in their saved dtype (float32/float64).
 
-        ``torch.optim.Optimizer.load_state_dict`` casts every floating state tensor to
-        its parameter's dtype, which would round float32 statistics of a bfloat16
-        parameter to bfloat16. The entries listed in ``stat_keys`` are restored in their
-        saved dtype, on the parameter's device.
+        ``torch.optim.Optimizer.load_state_dict`` casts every floating state tensor to its
+        parameter's dtype, which would round float32 statistics of a bfloat16 parameter to
+        bfloat16; the entries listed in ``stat_keys`` keep their saved dtype.
         """
         self._check_foreign_state_dict(state_dict)
         self._check_sharding_of(state_dict)
-        saved = state_dict.get("state", {})
         kept = {}
-        for idx, st in saved.items():
+        for idx, st in state_dict.get("state", {}).items():
             for k in self.stat_keys:
                 v = st.get(k) if isinstance(st, dict) else None
                 if isinstance(v, torch.Tensor):
                     kept[(idx, k)] = v
         super().load_state_dict(state_dict)
-        for g in self.param_groups:  # keys saved under a former name, and the saving process
-            for old, new in self.renamed_keys.items():
+        for g in self.param_groups:
+            for old, new in self.renamed_keys.items():  # keys saved under a former name
                 if old in g:
                     g.setdefault(new, g.pop(old))
             g.pop("sharded_over", None)
-        for g in self.param_groups:  # hyperparameters added after the state dict was saved
-            for k, v in (self.defaults if g["algorithm"] != "adam" else self._adam_defaults).items():
-                if k != "params":
+            for k, v in (self.defaults if g["algorithm"] != "adam" else
+                         dict(self._adam_defaults, nonfinite=self.defaults["nonfinite"])).items():
+                if k != "params":  # hyperparameters added after the state dict was saved
                     g.setdefault(k, v)
         if kept:
             params = [p for g in self.param_groups for p in g["params"]]
-            saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
-            id_map = dict(zip(saved_ids, params))
+            id_map = dict(zip([i for g in state_dict["param_groups"] for i in g["params"]], params))
             for (idx, k), v in kept.items():
                 p = id_map[idx]
                 self.state[p][k] = v.to(device=p.device, copy=True)
         self._after_load()
+
+    def _check_sharding_of(self, state_dict) -> None:
+        saved = {tuple(g["sharded_over"]) for g in state_dict["param_groups"] if "sharded_over" in g}
+        here = None if self._sharding is None else (self._sharding.world, self._sharding.rank)
+        cls = type(self).__name__
+        if saved:
+            world, rank = next(iter(saved))
+            if here is None:
+                raise ValueError(f"{cls}.load_state_dict: this state dict was saved by rank {rank} of {world} FSDP2 "
+                                 "processes and holds that process's shards only; load it there, into the same sharded "
+                                 "model")
+            if saved != {here}:
+                raise ValueError(f"{cls}.load_state_dict: this state dict was saved by rank {rank} of {world} FSDP2 "
+                                 f"processes, and this is rank {here[1]} of {here[0]}: each rank must load its own "
+                                 "file, at the same number of processes")
 
     def _check_foreign_state_dict(self, state_dict) -> None:
         """Refuse, with a clear message, a state dict saved by another optimizer class."""
@@ -532,16 +645,59 @@ class RoutedOptimizer(Optimizer):
         for i, g in enumerate(state_dict["param_groups"]):
             algo = g.get("algorithm")
             if algo is None:
-                raise ValueError(
-                    f"{cls}.load_state_dict: parameter group {i} of this state dict has no 'algorithm' key, so it "
-                    f"was not saved by {cls} (a torch.optim optimizer's, or SignSGD's?); load it into the class "
-                    "that saved it"
-                )
+                raise ValueError(f"{cls}.load_state_dict: parameter group {i} of this state dict has no 'algorithm' "
+                                 f"key, so it was not saved by {cls} (a torch.optim optimizer's, or SignSGD's?); load "
+                                 "it into the class that saved it")
             if algo not in (self.algorithm, "adam"):
-                raise ValueError(
-                    f"{cls}.load_state_dict: parameter group {i} was saved with algorithm={algo!r}, i.e. by another "
-                    f"optimizer class; {cls} groups use {self.algorithm!r} or 'adam'. Load it into the class that saved it"
-                )
+                raise ValueError(f"{cls}.load_state_dict: parameter group {i} was saved with algorithm={algo!r}, i.e. "
+                                 f"by another optimizer class; {cls} groups use {self.algorithm!r} or 'adam'. Load it "
+                                 "into the class that saved it")
 
     def _after_load(self) -> None:
         pass
+
+    # -- copies ---------------------------------------------------------------------------
+    def __getstate__(self):
+        if getattr(self, "_sharding", None) is not None:
+            raise TypeError(f"{type(self).__name__}: an optimizer over FSDP2-sharded parameters cannot be copied or "
+                            "pickled (its state is per process); save its state_dict(), one file per rank")
+        state = super().__getstate__()
+        for k in self._copied:
+            if k in self.__dict__:
+                state[k] = self.__dict__[k]
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "defaults" not in state:  # load_state_dict's refresh of state and groups, not a copy
+            return
+        self._sharding = None
+        self._owners = {}
+        self._grad_scaler = None
+        self._owner_only = False
+        self.process_group = None
+        self._after_copy()
+
+    def _after_copy(self) -> None:
+        pass
+
+
+def _first_nonfinite(grads) -> int | None:
+    """Index of the first gradient with a NaN or Inf, or ``None`` (one host read when all are
+    finite: a NaN or Inf anywhere makes the sum non-finite)."""
+    if not grads:
+        return None
+    device = grads[0].device
+    total = torch.stack([g.sum(dtype=torch.float32).to(device) for g in grads]).sum()
+    if math.isfinite(float(total)):
+        return None
+    flags = torch.stack([torch.isfinite(g).all().to(device) for g in grads])
+    if bool(flags.all()):  # finite gradients whose sum overflowed
+        return None
+    return int((~flags).nonzero()[0, 0])
+
+
+def active_comm(sync, process_group, who):
+    """The DDP process group a step communicates over (``None``: none); see
+    :func:`isolab.distributed.active_group`."""
+    return distributed.active_group(sync, process_group, who)

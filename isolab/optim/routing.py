@@ -83,7 +83,10 @@ def split_parameters(
     """Split ``model``'s trainable parameters into ``matrix / embedding / head / vector``.
 
     Args:
-        model: the model. Only parameters with ``requires_grad=True`` are routed.
+        model: the model. Every parameter is routed, frozen ones (``requires_grad=False``) too, as
+            ``torch.optim`` optimizers keep the parameters they are given: a block frozen now and
+            unfrozen later is trained by its group from then on. A frozen undeclared parameter of
+            ``ndim >= 2`` goes to ``vector`` instead of raising.
         embeddings: extra module(s) whose parameters are embeddings (``nn.Embedding``
             and ``nn.EmbeddingBag`` are recognised without being declared).
         head: module(s) whose parameters form the output head (e.g. the final
@@ -120,8 +123,7 @@ def split_parameters(
 
     names = {}
     for name, p in model.named_parameters():  # deduplicates tied parameters
-        if p.requires_grad:
-            names[id(p)] = name
+        names[id(p)] = name
 
     route: dict[int, str] = {}
 
@@ -155,11 +157,11 @@ def split_parameters(
     out: dict[str, dict[str, nn.Parameter]] = {g: {} for g in GROUPS}
     unrouted = []
     for name, p in model.named_parameters():
-        if id(p) not in names or names[id(p)] != name:
-            continue  # frozen, or a second name of a tied parameter
+        if names[id(p)] != name:
+            continue  # a second name of a tied parameter
         group = route.get(id(p))
         if group is None:
-            if p.ndim <= 1 or others == "vector":
+            if p.ndim <= 1 or others == "vector" or not p.requires_grad:
                 group = "vector"
             else:
                 unrouted.append(f"{name} {tuple(p.shape)}")
@@ -210,13 +212,13 @@ def auto_heads(model: nn.Module) -> list[nn.Module]:
     ]
 
 
-def weight_layouts(model: nn.Module) -> dict[int, str]:
-    """``{id(weight): layout}`` for the weight of every linear-like module of ``model``
+def weight_layouts(model: nn.Module) -> dict:
+    """``{weight: layout}`` for the weight of every linear-like module of ``model``
     (``"out_in"`` as ``nn.Linear`` and convolutions, ``"in_out"`` as transformers' ``Conv1D``;
     see :data:`isolab.nn.WEIGHT_LAYOUTS`). A tied weight keeps the layout of its first module."""
-    layouts: dict[int, str] = {}
+    layouts: dict = {}
     for m in model.modules():
         spec = linear_like(m)
-        if spec is not None:
-            layouts.setdefault(id(m.weight), spec.weight_layout)
+        if spec is not None and m.weight not in layouts:
+            layouts[m.weight] = spec.weight_layout
     return layouts

@@ -14,7 +14,7 @@ from isolab import distributed, linalg, updates
 
 from isolab.book import scaling
 from isolab.optim import IsoAdam
-from isolab.optim.statistics import LayerStatistics
+from isolab.optim import LayerStatistics
 from isolab.book.seeding import generator
 
 

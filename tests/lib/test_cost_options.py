@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from isolab.optim import Iso, IsoAdam, LayerStatistics
-from isolab.optim import statistics as stats_module
+from isolab.optim import capture as stats_module
 
 
 def mlp(seed=0, width=16, depth=3):
@@ -129,7 +129,7 @@ def test_nothing_is_captured_on_steps_without_statistics(monkeypatch):
         opt.zero_grad()
         before = len(calls)
         out = model(x)
-        held = [p for cap in opt.statistics._captures.values() for p in cap.pending]
+        held = [x for cap in opt.statistics._captures.values() for xs in cap.pending.values() for x in xs]
         nn.functional.mse_loss(out, y).backward()
         stat_step = (t - 1) % 3 == 0
         sums = [opt.statistics.sums(n) for n in opt.statistics.modules]

@@ -13,7 +13,7 @@ from torch import nn
 from isolab import updates
 from isolab.nn import MultiheadAttention, convert_attention
 from isolab.optim import Iso, IsoAdam, LayerStatistics, Muon, Shampoo, SignSGD, split_parameters
-from isolab.optim.statistics import conv_patches
+from isolab.optim.capture import conv_patches
 
 torch.set_num_threads(1)
 
@@ -493,16 +493,16 @@ def test_isoadam_defaults_are_adamws():
 
 
 @pytest.mark.parametrize("cls,kwargs,named", [
-    (IsoAdam, dict(lr=-1e-3), r"^lr must"),
-    (IsoAdam, dict(adam_lr=-1e-3), r"^adam_lr must"),
-    (IsoAdam, dict(betas=(0.9, 1.0)), r"^betas\[1\]"),
-    (IsoAdam, dict(eps=0.0), r"^eps"),
-    (IsoAdam, dict(weight_decay=-1.0), r"^weight_decay"),
-    (Iso, dict(shrinkage="yes"), r"^shrinkage"),
-    (Muon, dict(adjust_lr_fn="rms"), r"^adjust_lr_fn"),
-    (Muon, dict(compute_dtype=torch.int32), r"^compute_dtype"),
-    (Shampoo, dict(momentum=1.0), r"^momentum"),
-    (Iso, dict(lr=torch.tensor([0.1, 0.2])), r"^lr as a Tensor"),
+    (IsoAdam, dict(lr=-1e-3), r"^IsoAdam: lr must"),
+    (IsoAdam, dict(adam_lr=-1e-3), r"^IsoAdam: adam_lr must"),
+    (IsoAdam, dict(betas=(0.9, 1.0)), r"^IsoAdam: betas\[1\]"),
+    (IsoAdam, dict(eps=0.0), r"^IsoAdam: eps"),
+    (IsoAdam, dict(weight_decay=-1.0), r"^IsoAdam: weight_decay"),
+    (Iso, dict(shrinkage="yes"), r"^Iso: shrinkage"),
+    (Muon, dict(adjust_lr_fn="rms"), r"^Muon: adjust_lr_fn"),
+    (Muon, dict(compute_dtype=torch.int32), r"^Muon: compute_dtype"),
+    (Shampoo, dict(momentum=1.0), r"^Shampoo: momentum"),
+    (Iso, dict(lr=torch.tensor([0.1, 0.2])), r"^Iso: lr as a Tensor"),
 ])
 def test_errors_name_the_argument_passed(cls, kwargs, named):
     with pytest.raises(ValueError, match=named):
@@ -604,29 +604,15 @@ def test_muon_compute_dtype_auto_is_float_on_cpu():
     assert opt.defaults["compute_dtype"] == "auto" and opt.defaults["adjust_lr_fn"] == "original"
 
 
-def test_muon_takes_torchs_argument_name_and_the_old_one_with_a_deprecation_warning():
-    new = Muon(_mlp(), adjust_lr_fn="match_rms_adamw")
-    with pytest.warns(DeprecationWarning, match="adjust_lr_fn"):
-        old = Muon(_mlp(), adjust_lr="match_rms_adamw")
-    assert old.defaults["adjust_lr_fn"] == new.defaults["adjust_lr_fn"] == "match_rms_adamw"
-    assert "adjust_lr" not in old.defaults
-    with pytest.raises(ValueError, match="not both"):
-        Muon(_mlp(), adjust_lr="original", adjust_lr_fn="match_rms_adamw")
-    w = nn.Parameter(torch.randn(4, 3))
-    with pytest.warns(DeprecationWarning, match="'adjust_lr' is deprecated"):
-        grouped = Muon([{"params": [w], "adjust_lr": "match_rms_adamw"}])
-    assert grouped.param_groups[0]["adjust_lr_fn"] == "match_rms_adamw" and "adjust_lr" not in grouped.param_groups[0]
-    # a state dict saved under the former key loads under the new one, without a warning
-    saved = new.state_dict()
-    for g in saved["param_groups"]:
-        if g["algorithm"] == "muon":
-            g["adjust_lr"] = g.pop("adjust_lr_fn")
-    fresh = Muon(_mlp())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        fresh.load_state_dict(saved)
-    assert {g.get("adjust_lr_fn") for g in fresh.param_groups if g["algorithm"] == "muon"} == {"match_rms_adamw"}
-    assert all("adjust_lr" not in g for g in fresh.param_groups)
+def test_muon_takes_torchs_argument_names():
+    """``adjust_lr_fn`` and ``ns_coefficients`` as torch.optim.Muon spells them; an unknown
+    keyword (such as a misspelling) is refused by Python, not silently ignored."""
+    opt = Muon(_mlp(), adjust_lr_fn="match_rms_adamw", ns_coefficients=(3.4445, -4.7750, 2.0315))
+    assert opt.defaults["adjust_lr_fn"] == "match_rms_adamw"
+    with pytest.raises(TypeError):
+        Muon(_mlp(), adjust_lr="match_rms_adamw")
+    with pytest.raises(ValueError, match=r"^Muon: ns_coefficients"):
+        Muon(_mlp(), ns_coefficients=(1.0, 2.0))
 
 
 @pytest.mark.gpu

@@ -99,7 +99,7 @@ def test_the_in_out_layer_is_a_matrix_and_its_statistics_are_in_its_orientation(
     assert linear_like(inout[2]).weight_layout == "in_out" and linear_like(inout[2]).dims(inout[2].weight) == (10, 14)
     split = split_parameters(inout, head=None)
     assert list(split["matrix"]) == ["0.weight", "2.weight", "4.weight"]
-    assert weight_layouts(inout)[id(inout[2].weight)] == "in_out"
+    assert weight_layouts(inout)[inout[2].weight] == "in_out"
     with LayerStatistics(inout, keep=True) as stats:
         x = torch.randn(4, 5, 6)
         inout(x).sum().backward()

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from isolab import linalg
-from isolab.optim.iso import TRACK_MAX_RESIDUAL, TRACK_PROBES  # the optimizer's policy: the same decisions
+from isolab.optim.roots import TRACK_MAX_RESIDUAL, TRACK_PROBES  # the optimizer's policy: the same decisions
 
 __all__ = ["inverse_sqrt_batched", "whitening_residual", "TRACK_MAX_RESIDUAL"]
 
