@@ -11,9 +11,10 @@ features), ``Cov(X) = X^T X / b``.
 
 Contents, one module per purpose (every name is importable from ``isolab.linalg``):
 
-- ``polar``: :func:`msign`, :func:`msign_newton_schulz`, :func:`newton_schulz_map`: the
-  matrix sign (polar factor) ``msign(M) = M (M^T M)^{-1/2} = U V^T``, exactly and
-  Muon-style.
+- ``polar``: :func:`msign`, :func:`msign_newton_schulz`, :func:`newton_schulz_map`,
+  :func:`newton_schulz_schedule`: the matrix sign (polar factor)
+  ``msign(M) = M (M^T M)^{-1/2} = U V^T``, exactly and Muon-style, with Jordan's quintic,
+  the cubic or Polar Express's per-step quintics.
 - ``roots``: :func:`symmetric_inverse_root`, :func:`inverse_sqrt`,
   :func:`inverse_sqrt_eig`, :func:`covariance_from_inverse_sqrt`:
   ``(C + lambda I)^{-1/p}`` by ``eigh``, with relative damping, pseudo-inverse semantics
@@ -40,7 +41,18 @@ from .base import (  # noqa: F401 (private helpers other isolab modules import f
     random_orthogonal,
 )
 from .newton import NewtonInverseSqrt, inverse_sqrt_newton, inverse_sqrt_newton_info
-from .polar import CUBIC, QUINTIC, msign, msign_newton_schulz, newton_schulz_map
+from .polar import (
+    CUBIC,
+    NEWTON_SCHULZ_NAMES,
+    POLAR_EXPRESS_MINIMAX,
+    POLAR_EXPRESS_SAFETY,
+    QUINTIC,
+    NewtonSchulzSchedule,
+    msign,
+    msign_newton_schulz,
+    newton_schulz_map,
+    newton_schulz_schedule,
+)
 from .roots import (  # noqa: F401
     _inverse_root_absolute,
     covariance_from_inverse_sqrt,
@@ -54,6 +66,11 @@ from .whitening import canonical_correlations, covariance, whiten
 __all__ = [
     "QUINTIC",
     "CUBIC",
+    "POLAR_EXPRESS_MINIMAX",
+    "POLAR_EXPRESS_SAFETY",
+    "NEWTON_SCHULZ_NAMES",
+    "NewtonSchulzSchedule",
+    "newton_schulz_schedule",
     "msign",
     "msign_newton_schulz",
     "newton_schulz_map",
