@@ -133,8 +133,17 @@ def newton_schulz_schedule(coefficients: Coefficients, steps: int, name: str = "
     these. An optimizer calls it once at construction to validate its option early.
     """
     steps = _check_steps(steps)
+    if type(coefficients) is tuple and len(coefficients) == 3 and all(
+            type(v) is float and math.isfinite(v) for v in coefficients):  # the common case, fast
+        return NewtonSchulzSchedule((coefficients,) * steps)
     if isinstance(coefficients, NewtonSchulzSchedule):
-        schedule = coefficients
+        margin = coefficients.margin
+        if isinstance(margin, bool) or not isinstance(margin, Real) or not (math.isfinite(margin) and margin > 0):
+            raise ValueError(f"{name}: a schedule's margin must be a finite number > 0, got {coefficients!r}")
+        triples = tuple(_triple(t, name, coefficients) for t in coefficients.coefficients)
+        if not triples or any(t is None for t in triples):
+            raise ValueError(f"{name}: a schedule needs one or more (a, b, c) triples, got {coefficients!r}")
+        schedule = NewtonSchulzSchedule(triples, margin)
     elif isinstance(coefficients, str):
         if coefficients not in _NAMED:
             raise ValueError(f"{name} must be {_COEFFICIENTS_HELP}; got {coefficients!r}")

@@ -234,6 +234,20 @@ def test_bad_coefficients_are_named_in_the_error(value, shown):
         newton_schulz_map(torch.ones(3), 5, value)
 
 
+def test_a_resolved_schedule_is_accepted_and_checked():
+    g = torch.Generator().manual_seed(9)
+    M = torch.randn(6, 9, generator=g, dtype=F64)
+    resolved = newton_schulz_schedule("polar_express", 5)
+    assert torch.equal(msign_newton_schulz(M, 5, resolved), msign_newton_schulz(M, 5, "polar_express"))
+    # the same polynomials without the margin: the start is not divided by 1.01
+    plain = linalg.NewtonSchulzSchedule(resolved.coefficients)
+    assert not torch.allclose(msign_newton_schulz(M, 5, plain), msign_newton_schulz(M, 5, resolved))
+    for bad in (linalg.NewtonSchulzSchedule((QUINTIC,), 0.0), linalg.NewtonSchulzSchedule(()),
+                linalg.NewtonSchulzSchedule(((1.0, 2.0),))):
+        with pytest.raises(ValueError, match="coefficients"):
+            msign_newton_schulz(M, 5, bad)
+
+
 def test_the_error_lists_the_names():
     with pytest.raises(ValueError, match="'jordan', 'cubic', 'polar_express'"):
         newton_schulz_schedule("Polar Express", 5)
