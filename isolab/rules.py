@@ -180,17 +180,19 @@ def muon_scale(rows: int, cols: int) -> float:
     return max(1.0, rows / cols) ** 0.5
 
 
-def muon_msign(M: Tensor, *, steps: int = 5, exact: bool = False, compute_dtype=None) -> Tensor:
+def muon_msign(M: Tensor, *, steps: int = 5, exact: bool = False, compute_dtype=None,
+               coefficients=linalg.QUINTIC) -> Tensor:
     r"""Muon's direction for (a batch of) matrices ``M`` (last two dims): ``msign(M)`` times :func:`muon_scale`.
 
-    ``msign`` by ``steps`` quintic Newton--Schulz iterations
-    (:func:`isolab.linalg.msign_newton_schulz`) or exactly by SVD (``exact=True``).  The
-    shape factor uses ``M``'s last two dimensions read as ``(out, in)``.
+    ``msign`` by ``steps`` Newton--Schulz iterations with ``coefficients`` (Keller Jordan's
+    quintic by default, or a schedule such as ``"polar_express"``:
+    :func:`isolab.linalg.msign_newton_schulz`) or exactly by SVD (``exact=True``).  The shape
+    factor uses ``M``'s last two dimensions read as ``(out, in)``.
     """
     if exact:
         o = linalg.msign(M)
     else:
-        o = linalg.msign_newton_schulz(M, steps=steps, compute_dtype=compute_dtype)
+        o = linalg.msign_newton_schulz(M, steps=steps, coefficients=coefficients, compute_dtype=compute_dtype)
     scale = muon_scale(M.shape[-2], M.shape[-1])
     return o * scale if scale != 1.0 else o
 

@@ -40,6 +40,7 @@ from torch import Tensor
 from .linalg import (
     _check_damping,
     _check_matrix,
+    QUINTIC,
     _inverse_root_absolute,
     covariance,
     msign,
@@ -119,19 +120,19 @@ def adam_first_step(X: Tensor, G: Tensor, eps: float = 1e-8) -> Tensor:
     return g / (g.abs() + eps)
 
 
-def muon_update(X: Tensor, G: Tensor, exact: bool = True, steps: int = 5) -> Tensor:
+def muon_update(X: Tensor, G: Tensor, exact: bool = True, steps: int = 5, coefficients=QUINTIC) -> Tensor:
     r"""Muon's direction without momentum: ``msign(g) = U V^T``.
 
     ``exact=True`` uses the SVD (:func:`isolab.linalg.msign`); ``exact=False`` uses
-    ``steps`` quintic Newton--Schulz iterations as Muon does (singular values near but not
-    exactly 1).  Every singular direction of ``g`` moves by the same amount: steepest
+    ``steps`` Newton--Schulz iterations with ``coefficients`` as Muon does (Keller Jordan's
+    quintic by default: singular values near but not exactly 1; ``"polar_express"``, …).  Every singular direction of ``g`` moves by the same amount: steepest
     descent under the spectral norm.  No shape factor (the optimizer applies
     ``sqrt(max(1, rows/cols))``).
     """
     if not isinstance(exact, bool):
         raise ValueError(f"exact must be a bool, got {exact!r}")
     g = weight_gradient(X, G)
-    return msign(g) if exact else msign_newton_schulz(g, steps)
+    return msign(g) if exact else msign_newton_schulz(g, steps, coefficients=coefficients)
 
 
 def shampoo_update(X: Tensor, G: Tensor, damping: float = 0.0) -> Tensor:

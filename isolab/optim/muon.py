@@ -37,24 +37,6 @@ def resolve_compute_dtype(compute_dtype, device: torch.device):
     return compute_dtype
 
 
-def _check_ns_coefficients(value):
-    """An ``(a, b, c)`` triple, a sequence of them, or a schedule's name."""
-    if isinstance(value, str):
-        if value not in ("jordan", "cubic", "polar_express"):
-            raise ValueError(f"ns_coefficients must be (a, b, c), a sequence of them, or one of 'jordan', 'cubic', "
-                             f"'polar_express'; got {value!r}")
-        return value
-    try:
-        triples = [tuple(float(c) for c in t) for t in value] if value and not isinstance(value[0], (int, float)) \
-            else [tuple(float(c) for c in value)]
-    except (TypeError, ValueError):
-        raise ValueError(f"ns_coefficients must be (a, b, c), a sequence of them, or a schedule's name; got "
-                         f"{value!r}") from None
-    if not triples or any(len(t) != 3 or not all(math.isfinite(c) for c in t) for t in triples):
-        raise ValueError(f"ns_coefficients must be finite (a, b, c) triples, got {value!r}")
-    return tuple(value) if len(triples) == 1 and isinstance(value[0], (int, float)) else tuple(map(tuple, value))
-
-
 def _by_group(items):
     groups: dict[int, list[MatrixItem]] = {}
     for it in items:
@@ -168,7 +150,7 @@ class Muon(RoutedOptimizer):
         check_beta(group["momentum"], "momentum")
         check_bool(group["nesterov"], "nesterov")
         check_positive_int(group["ns_steps"], "ns_steps")
-        group["ns_coefficients"] = _check_ns_coefficients(group["ns_coefficients"])
+        linalg.newton_schulz_schedule(group["ns_coefficients"], group["ns_steps"], name="ns_coefficients")
         check_bool(group["exact"], "exact")
         check_nonneg(group["weight_decay"], "weight_decay")
         cd = group["compute_dtype"]
