@@ -9,6 +9,10 @@ the vectorized engine :mod:`isolab.book.engine` (a whole learning-rate sweep at 
 tensor carries a lane dimension and ``lr`` is a tensor that broadcasts against it, e.g.
 shape ``(1, lanes, 1, 1)`` for weights of shape ``(layers, lanes, n, m)``).
 
+The optimizers' elementwise parts use the list forms (``torch._foreach_*``,
+:func:`adam_update_foreach_`), which perform the same operations as the single-tensor forms and
+are tested bitwise equal to them.
+
 Every function is batched over leading dimensions.  Functions whose name ends in ``_``
 modify their first tensor arguments in place (like ``torch``'s own convention); the others
 are pure.  With a float ``lr`` each function performs exactly the operations the
@@ -40,6 +44,7 @@ __all__ = [
     "adam_bias_corrections",
     "adam_direction",
     "adam_update_",
+    "adam_update_foreach_",
     "ema",
     "accumulate",
     "bias_correction",
@@ -140,6 +145,26 @@ def adam_update_(
     else:
         param.addcdiv_(exp_avg, denom, value=-step_size)
     return param
+
+
+def adam_update_foreach_(
+    params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], steps: list[int],
+    lr: float, betas, eps: float, weight_decay: float = 0.0,
+) -> None:
+    r""":func:`adam_update_` on lists of tensors with ``torch._foreach_*`` ops: the same operations in
+    the same order (bitwise equal, tested), one kernel launch per operation for the whole list.
+    ``steps[i]`` is tensor ``i``'s count after this step; ``lr`` a float."""
+    beta1, beta2 = betas
+    corrections = [adam_bias_corrections(t, betas) for t in steps]
+    if weight_decay:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denom, [bc2**0.5 for _, bc2 in corrections])
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr / bc1 for bc1, _ in corrections])
 
 
 # ----------------------------------------------------------------------------- statistics over time

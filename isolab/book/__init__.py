@@ -19,9 +19,7 @@ top level holds only the library (:mod:`isolab.optim`, :mod:`isolab.linalg`,
   one figure with live sliders in Jupyter and precomputed frames on the website; each
   chapter's drawing code; saved results found or fetched.
 - :mod:`isolab.book.checks`, :mod:`isolab.book.seeding`: a section's checks printed for
-  people; seeding every generator a chapter touches.
+  people; seeding every generator a chapter touches (and, when ``ISOLAB_JITTER`` is set, the
+  rounding-sized jitter of every draw, switched on by :func:`isolab.book.seeding.seed_everything`:
+  importing the package changes nothing of torch).
 """
-
-from isolab.book.seeding import install_from_environment as _install_jitter
-
-_install_jitter()  # ISOLAB_JITTER: every random draw perturbed by a rounding-sized amount (see seeding)

@@ -11,7 +11,7 @@ float32 training run amplifies that rounding until its fourth digit is noise. Th
 kernel switches (``ATEN_CPU_CAPABILITY=default``, ``MKL_CBWR=COMPATIBLE``, one thread)
 try a few other kernels, but the machine that wrote the outputs and the machine that
 checks them can still agree by luck. The *jitter* stands in for any CPU: with
-``ISOLAB_JITTER=1e-6`` in the environment, importing :mod:`isolab.book` makes every
+``ISOLAB_JITTER=1e-6`` in the environment, :func:`seed_everything` makes every
 random draw of a floating dtype (``torch.randn``, ``torch.rand``, ``torch.normal``, their
 ``_like`` forms, and the in-place ``Tensor.normal_`` and ``Tensor.uniform_`` that
 ``torch.nn.init`` uses) come out multiplied by ``1 + e * u``, elementwise, with
@@ -56,10 +56,14 @@ JITTER_SEED_ENV = "ISOLAB_JITTER_SEED"
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python's ``random``, NumPy's global generator and torch's default generator.
 
+    With ``ISOLAB_JITTER`` set in the environment this also switches the jitter on (see the
+    module docstring): a chapter asks for it by seeding, and nothing else changes torch.
+
     Returns a fresh ``torch.Generator`` seeded with ``seed`` for explicit use.
     """
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    install_from_environment()
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -180,8 +184,8 @@ def jittered(eps: float = 1e-6, seed: int = 0):
 
 
 def install_from_environment() -> None:
-    """Switch the jitter on if ``ISOLAB_JITTER`` is set (called when :mod:`isolab.book`
-    is imported); a malformed value is an error naming the variable."""
+    """Switch the jitter on if ``ISOLAB_JITTER`` is set (called by :func:`seed_everything`); a
+    malformed value is an error naming the variable."""
     value = os.environ.get(JITTER_ENV, "").strip()
     if not value or _active is not None:
         return

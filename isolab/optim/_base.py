@@ -45,125 +45,20 @@ parameters refuses: save its ``state_dict()`` instead).
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from .. import distributed, fsdp, rules
+from .. import distributed, fsdp
 from ._stage import LocalJobs, MatrixItem, SharedJobs, run_stage
-from ._validation import check_betas, check_choice, check_eps, check_lr, check_nonneg
+from ._validation import check_choice
+from .elementwise import NONFINITE, Writer, adam_step_, as_float, first_nonfinite, validate_adam_group
 from .failures import UNCHANGED, UNCHANGED_ANYWHERE, Failure, StepFailed
 from .routing import split_parameters, weight_layouts
 
-#: ``nonfinite=`` choices (see the module docstring).
-NONFINITE = ("auto", "raise", "skip")
-
-
-def validate_adam_group(group: dict) -> None:
-    check_lr(group["lr"])
-    group["betas"] = check_betas(group["betas"])
-    check_eps(group["eps"])
-    check_nonneg(group["weight_decay"], "weight_decay")
-
-
-def adam_fallback_defaults(adam_lr, adam_betas, adam_eps, adam_weight_decay,
-                           names=("adam_lr", "adam_betas", "adam_eps", "adam_weight_decay")):
-    """Validated hyperparameters of the AdamW fallback group. ``names`` are the arguments the
-    caller passed (``adam_lr``…, or ``lr``… where IsoAdam's fallback inherits its own)."""
-    check_lr(adam_lr, names[0])
-    check_betas(adam_betas, names[1])
-    check_eps(adam_eps, names[2])
-    check_nonneg(adam_weight_decay, names[3])
-    return dict(lr=adam_lr, betas=tuple(adam_betas), eps=adam_eps, weight_decay=adam_weight_decay)
-
-
-def as_float(value):
-    """A hyperparameter as a Python float (a one-element tensor ``lr`` is read once per step)."""
-    return float(value) if isinstance(value, torch.Tensor) else value
-
-
-class Writer:
-    """Apply in-place updates, or (``skip`` a device bool) keep the old values where ``skip``
-    is set, without reading it on the host: ``write(t, f)`` runs ``f`` on ``t`` (``f`` updates
-    its argument in place and returns it)."""
-
-    def __init__(self, skip: torch.Tensor | None):
-        self.skip = skip
-
-    def __call__(self, target: torch.Tensor, update) -> None:
-        if self.skip is None:
-            update(target)
-        else:
-            new = update(target.clone())
-            target.copy_(torch.where(self.skip, target, new))
-
-    def foreach(self, targets: list[torch.Tensor], update) -> None:
-        """``update(list)`` on a list of tensors (``torch._foreach_*`` ops), masked as above."""
-        if self.skip is None:
-            update(targets)
-        else:
-            new = update([t.clone() for t in targets])
-            for t, n in zip(targets, new):
-                t.copy_(torch.where(self.skip, t, n))
-
-    def value(self, old, new):
-        """A replaced state entry: ``new``, or ``old`` where the step is skipped."""
-        if self.skip is None or not isinstance(new, torch.Tensor):
-            return new
-        return torch.where(self.skip, torch.zeros_like(new) if old is None else old.to(new.dtype), new)
-
-
-def adam_step_(params, grads, states, lr, betas, eps, weight_decay, write: Writer, count_key="step") -> None:
-    """AdamW on a list of parameters, operation for operation :func:`isolab.rules.adam_update_`
-    (``torch.optim.Adam``'s arithmetic) with ``torch._foreach_*`` ops. ``states[i]`` holds the
-    count under ``count_key`` and ``exp_avg``, ``exp_avg_sq`` (created here, zero)."""
-    if not params:
-        return
-    for p, st in zip(params, states):
-        if "exp_avg" not in st:
-            st[count_key] = 0
-            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        st[count_key] += 1
-    local = [fsdp.local(p) for p in params]  # a DTensor (FSDP2) parameter is updated on this process's rows
-    grads = [fsdp.local(g) for g in grads]
-    m = [fsdp.local(st["exp_avg"]) for st in states]
-    v = [fsdp.local(st["exp_avg_sq"]) for st in states]
-    beta1, beta2 = betas
-    corrections = [rules.adam_bias_corrections(st[count_key], betas) for st in states]
-    if isinstance(lr, torch.Tensor) or any(t.is_sparse for t in grads):  # pragma: no cover - one at a time
-        for p, g, a, b, st in zip(local, grads, m, v, states):
-            rules.adam_update_(p, g, a, b, st[count_key], lr, betas, eps, weight_decay)
-        return
-    def decay(ps):
-        torch._foreach_mul_(ps, 1 - lr * weight_decay)
-        return ps
-
-    def first_moment(ms):
-        torch._foreach_lerp_(ms, grads, 1 - beta1)
-        return ms
-
-    def second_moment(vs):
-        torch._foreach_mul_(vs, beta2)
-        torch._foreach_addcmul_(vs, grads, grads, 1 - beta2)
-        return vs
-
-    if weight_decay:
-        write.foreach(local, decay)
-    write.foreach(m, first_moment)
-    write.foreach(v, second_moment)
-    denom = torch._foreach_sqrt(v)
-    torch._foreach_div_(denom, [c2**0.5 for _, c2 in corrections])
-    torch._foreach_add_(denom, eps)
-
-    def descend(ps):
-        torch._foreach_addcdiv_(ps, m, denom, [-lr / c1 for c1, _ in corrections])
-        return ps
-
-    write.foreach(local, descend)
+__all__ = ["RoutedOptimizer", "active_comm"]
 
 
 @dataclass
@@ -185,9 +80,6 @@ class RoutedOptimizer(Optimizer):
 
     algorithm: str = ""
     stat_keys: tuple[str, ...] = ()
-    #: former names of group keys, ``{old: new}``: read under the new name (with a
-    #: ``DeprecationWarning`` when passed by a user; silently in a loaded state dict)
-    renamed_keys: dict[str, str] = {}
     #: whether captured output gradients must be unscaled too (Iso, IsoAdam)
     _captures_output_gradients = False
     _step_supports_amp_scaling = True
@@ -258,14 +150,6 @@ class RoutedOptimizer(Optimizer):
         if not isinstance(param_group, dict):
             raise TypeError(f"{cls}: param_group must be a dict, got {type(param_group).__name__}")
         param_group = dict(param_group)
-        for old, new in self.renamed_keys.items():
-            if old in param_group:
-                if new in param_group and param_group[new] != param_group[old]:
-                    raise ValueError(f"{cls}: a parameter group sets both {new}={param_group[new]!r} "
-                                     f"and its deprecated alias {old}={param_group[old]!r}")
-                warnings.warn(f"{cls}: the parameter-group key {old!r} is deprecated; it is {new!r}",
-                              DeprecationWarning, stacklevel=2)
-                param_group[new] = param_group.pop(old)
         algo = param_group.setdefault("algorithm", self.algorithm)
         if algo not in (self.algorithm, "adam"):
             raise ValueError(f"{cls}: a parameter group's algorithm must be {self.algorithm!r} or 'adam', got {algo!r}")
@@ -401,7 +285,7 @@ class RoutedOptimizer(Optimizer):
             return mode, flag
         if scale is not None and float(scale.found_inf) > 0:
             return mode, True
-        bad = _first_nonfinite(tensors)
+        bad = first_nonfinite(tensors)
         if self._sharding is not None and tensors:
             import torch.distributed as dist
 
@@ -605,9 +489,6 @@ class RoutedOptimizer(Optimizer):
                     kept[(idx, k)] = v
         super().load_state_dict(state_dict)
         for g in self.param_groups:
-            for old, new in self.renamed_keys.items():  # keys saved under a former name
-                if old in g:
-                    g.setdefault(new, g.pop(old))
             g.pop("sharded_over", None)
             for k, v in (self.defaults if g["algorithm"] != "adam" else
                          dict(self._adam_defaults, nonfinite=self.defaults["nonfinite"])).items():
@@ -680,21 +561,6 @@ class RoutedOptimizer(Optimizer):
 
     def _after_copy(self) -> None:
         pass
-
-
-def _first_nonfinite(grads) -> int | None:
-    """Index of the first gradient with a NaN or Inf, or ``None`` (one host read when all are
-    finite: a NaN or Inf anywhere makes the sum non-finite)."""
-    if not grads:
-        return None
-    device = grads[0].device
-    total = torch.stack([g.sum(dtype=torch.float32).to(device) for g in grads]).sum()
-    if math.isfinite(float(total)):
-        return None
-    flags = torch.stack([torch.isfinite(g).all().to(device) for g in grads])
-    if bool(flags.all()):  # finite gradients whose sum overflowed
-        return None
-    return int((~flags).nonzero()[0, 0])
 
 
 def active_comm(sync, process_group, who):

@@ -59,7 +59,7 @@ import torch
 from torch import nn
 
 from .. import fsdp, rules
-from ._base import Writer, adam_fallback_defaults, adam_step_, as_float
+from .elementwise import Writer, adam_fallback_defaults, adam_step_, as_float
 from ._validation import check_beta, check_betas, check_bool, check_choice, check_eps
 from .muon import momentum_rows
 from .whitening import WhiteningOptimizer

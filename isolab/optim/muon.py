@@ -7,7 +7,8 @@ import math
 import torch
 
 from .. import fsdp, linalg, rules
-from ._base import RoutedOptimizer, Writer, adam_fallback_defaults, as_float
+from ._base import RoutedOptimizer
+from .elementwise import Writer, adam_fallback_defaults, as_float
 from ._stage import MatrixItem
 from ._validation import check_beta, check_bool, check_choice, check_lr, check_nonneg, check_positive_int
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from .. import fsdp, linalg, rules, updates
-from ._base import RoutedOptimizer, Writer, active_comm, adam_fallback_defaults, as_float
+from ._base import RoutedOptimizer, active_comm
+from .elementwise import Writer, adam_fallback_defaults, as_float
 from ._stage import MatrixJob
 from ._validation import (
     check_beta,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
-from ._base import NONFINITE, Writer, _first_nonfinite, as_float
+from .elementwise import NONFINITE, Writer, as_float, first_nonfinite
 from ._validation import check_beta, check_choice, check_lr, check_nonneg
 from .failures import UNCHANGED
 
@@ -87,7 +87,7 @@ class SignSGD(Optimizer):
             flag = ~torch.stack([torch.isfinite(g).all() for _, g in grads]).all()
             self._skipped = flag.to(torch.int64) if self._skipped is None else self._skipped + flag
             return flag
-        bad = _first_nonfinite([g for _, g in grads])
+        bad = first_nonfinite([g for _, g in grads])
         if bad is not None:
             p = grads[bad][0]
             name = self._names.get(p)

@@ -90,8 +90,17 @@ def test_bad_jitter_settings_are_named(eps, seed):
     assert jitter_in_effect() is None
 
 
-def test_the_environment_switches_it_on_when_the_book_is_imported():
-    code = ("import torch, isolab.book; from isolab.book.seeding import jitter_in_effect; print(jitter_in_effect())")
+def test_importing_the_book_changes_nothing_of_torch():
+    code = ("import torch; draw = torch.randn; import isolab.book, isolab.book.figures, isolab.book.seeding as s; "
+            "print(torch.randn is draw, s.jitter_in_effect())")
+    env = dict(os.environ, ISOLAB_JITTER="1e-6", ISOLAB_JITTER_SEED="5")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True None"
+
+
+def test_the_environment_switches_it_on_when_a_chapter_seeds():
+    code = ("import torch, isolab.book; from isolab.book.seeding import jitter_in_effect, seed_everything; "
+            "seed_everything(0); print(jitter_in_effect())")
     env = dict(os.environ, ISOLAB_JITTER="1e-6", ISOLAB_JITTER_SEED="5")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "{'eps': 1e-06, 'seed': 5}"
