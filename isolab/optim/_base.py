@@ -99,6 +99,8 @@ class RoutedOptimizer(Optimizer):
         self._layouts: dict = {}
         self._skipped = None
         self._owner_only = False
+        self._comm = None  # the DDP process group of the current step (None: no communication)
+        self._skip = None  # the current step's device flag (nonfinite="skip")
         defaults = dict(defaults, nonfinite=defaults.get("nonfinite", "auto"))
         if isinstance(params, nn.Module):
             params = self._route(params, embeddings, head, others)
@@ -556,6 +558,7 @@ class RoutedOptimizer(Optimizer):
         self._owners = {}
         self._grad_scaler = None
         self._owner_only = False
+        self._comm = self._skip = None
         self.process_group = None
         self._after_copy()
 

@@ -509,3 +509,41 @@ def test_the_library_needs_only_torch_and_numpy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_compiled_step_equals_the_eager_one():
+    """``torch.compile(optimizer.step)``: Muon and SignSGD to float32 rounding
+    (``benchmarks/bench_compile_step.py`` times them)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_compile_step.py"
+    spec = importlib.util.spec_from_file_location("bench_compile_step", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for cls, kw in ((SignSGD, dict(lr=1e-3)), (Muon, dict(lr=0.02))):
+        _, eager = bench.run(cls, kw, False, 22)
+        _, compiled = bench.run(cls, kw, True, 22)
+        assert float((eager - compiled).norm() / eager.norm()) < 1e-4, cls.__name__
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", list(ALL))
+def test_the_default_step_on_cuda_does_not_synchronise(name):
+    """On CUDA the default is ``nonfinite="skip"``: ``torch.cuda.set_sync_debug_mode("error")``
+    raises on any synchronising call inside a step (a non-refresh step for Iso and Shampoo)."""
+    torch.manual_seed(0)
+    model = mlp().cuda()
+    opt = build(name, model)
+    x, y = (t.cuda() for t in batch(0))
+    for step in range(2):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        if step == 1:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            opt.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
