@@ -37,22 +37,20 @@ line followed by two lines per claim::
 The caller formats ``measured`` at the precision the claim needs, coarse enough to print
 the same on every CPU (and under :mod:`isolab.book.seeding`'s jitter).
 
-Converting a chapter: one audit panel per section
--------------------------------------------------
-A section ends with (at most) one *check cell*: it computes everything the section claims
-and ends with one :func:`audit` call. Its tags are ``remove-input`` and
-``nbval-check-output``: the website hides the cell's code and shows its output, a
-collapsed panel whose summary line names the section and what it establishes; opening it
-shows every claim in rendered maths with what was measured and what it expects, then the
-cell's own code (read from the kernel when :func:`audit` runs), so no separate code
-toggle is needed::
+**Converting a chapter: one audit panel per section.** A section ends with (at most) one
+*check cell*: it computes everything the section claims and ends with one :func:`audit`
+call. Its tags are ``remove-input`` and ``nbval-check-output``: the website hides the
+cell's code and shows its output, a collapsed panel whose summary line names the section
+and what it establishes; opening it shows every claim in rendered maths with what was
+measured and what it expects, then the cell's own code (read from the kernel when
+:func:`audit` runs), so no separate code toggle is needed::
 
-    same_step = gap(measured, -lr * X @ X.T @ G)
+    step_gap = gap(X @ W_after - X @ W_before, -lr * X @ X.T @ G)
+    cos = feature_step.feature_alignment(X, G).item()
     audit(r"§1.2 A gradient step moves the features by $-\eta XX^\top G$", [
-        Check(r"one SGD step moves $Y$ by $-\eta XX^\top G$", f"largest gap {below(same_step)}",
-              "< 1e-13", same_step < 1e-13),
-        illustration(r"$0 \le \cos(\Delta Y, -G) \le 1$ on this batch", f"{cos:.3f}", "in [0, 1]",
-                     0 <= cos <= 1),
+        within(r"one SGD step moves $Y$ by $-\eta XX^\top G$", step_gap, 1e-13),
+        illustration(r"$0 \le \cos(\Delta Y, -G) \le 1$ on this batch",
+                     f"{cos:.3f}", "in [0, 1]", 0 <= cos <= 1),
     ])
 
 Shown on the page as ``✓ §1.2 A gradient step moves the features by −ηXXᵀG — 1 claim ·
