@@ -1,4 +1,5 @@
-// Kernel-free explorable figures (see isolab/book/explorable.py).
+// Kernel-free explorable figures (see isolab/book/explorable.py), and display maths fitted
+// to narrow screens.
 // Each <div class="isolab-explorable"> carries its controls, an <img>, and a JSON payload
 // {sliders: [{name, label, values, default}], frames: [dataURI...], index: {"i-j-k": n}}.
 // A control is a range input (an ordered quantity) or a group of toggle buttons (a
@@ -86,8 +87,38 @@
     update();
     root.dataset.ready = "true";
   }
+  // On a narrow screen, display maths wider than the column is scaled down to fit, to no
+  // less than MIN_MATH_SCALE of its size; what is still too wide scrolls inside its own box
+  // (CSS). A wide screen is left alone: there an equation too wide is the page's to fix
+  // (the browser test reports it).
+  var MIN_MATH_SCALE = 0.7, NARROW_SCREEN = 600;
+  function fitMaths() {
+    var narrow = document.documentElement.clientWidth < NARROW_SCREEN;
+    document.querySelectorAll('mjx-container[display="true"]').forEach(function (box) {
+      var maths = box.querySelector("mjx-math");
+      if (!maths) { return; }
+      maths.style.fontSize = "";
+      if (narrow && box.scrollWidth > box.clientWidth + 1 && box.clientWidth > 0) {
+        var scale = Math.max(MIN_MATH_SCALE, 0.98 * box.clientWidth / box.scrollWidth);
+        maths.style.fontSize = (100 * scale).toFixed(1) + "%";
+      }
+    });
+  }
+  function whenMathsIsTypeset() {
+    if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {
+      window.MathJax.startup.promise.then(fitMaths);
+    }
+  }
   function init() {
     document.querySelectorAll("div.isolab-explorable").forEach(wire);
+    if (document.readyState === "complete") { whenMathsIsTypeset(); } else {
+      window.addEventListener("load", whenMathsIsTypeset);
+    }
+    var pending = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(pending);
+      pending = setTimeout(fitMaths, 150);
+    });
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", init);
