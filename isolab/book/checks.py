@@ -86,15 +86,27 @@ Shown on the page as ``✓ §1.2 A gradient step moves the features by −ηXX�
    rounding-level digits (:func:`same`, :func:`within`).
 8. The cell's code fits the column (≤ 88 characters a line), as visible code does.
 
-The legacy checks of a section (several :func:`report` cells, each with a "Show code
-cell source" toggle) become one such cell, usually at the section's end; a claim in the
-middle of the prose that the reader should see at once stays in the prose as a printed
-number or a figure, and its check moves to the panel.
+The rest of a chapter's conversion, in order (Chapter 1 is the worked example):
 
-Explorables have their own part of the conversion (a narrow layout for phones; see
-:mod:`isolab.book.explorable`, *Phones*), and the tests that hold a converted chapter to
-all of this list the chapters not yet converted in one place,
-``tests/book/book_standard.py``: converting a chapter ends by deleting its name there.
+- Merge each section's :func:`report` cells into its one check cell (the legacy cells
+  each carried a "Show code cell source" toggle); a number the reader should see at once
+  stays in the prose or in a figure, and its check moves to the panel. Tables behind a
+  figure move into the panel (``table=``).
+- Tag the setup cell and the hero's cell ``remove-input`` (no bar above the hero); keep
+  at most about one code toggle per section (``hide-input`` only for code worth a click;
+  drawing code belongs in the chapter's figure module).
+- Explorables with panels side by side declare ``narrow="panels"`` (on a phone the same
+  frames are shown one panel at a time, stacked; see :mod:`isolab.book.explorable`,
+  *Phones*); a single panel is drawn at most ``NARROW_WIDTH_IN`` inches wide. No title
+  or label may be clipped anywhere on the slider grid.
+- Refresh the committed outputs (``python scripts/refresh_outputs.py book/chNN_*.ipynb``)
+  and check them under another CPU's kernels and the jitter (``ATEN_CPU_CAPABILITY=default
+  MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 ISOLAB_JITTER=1e-6 ISOLAB_JITTER_SEED=1 python
+  scripts/check_outputs.py --execute book/chNN_*.ipynb``, and a seed or two more).
+- Delete the chapter's name from ``NOT_YET_CONVERTED`` in ``tests/book/book_standard.py``,
+  build it (``python scripts/build_book.py --only chNN``) and run the tests that hold it
+  to the standard: ``pytest tests/book/test_chapters.py tests/book/test_captions.py
+  tests/book/test_site_browser.py -k chNN`` (the browser test needs the built page).
 """
 
 from __future__ import annotations
