@@ -11,10 +11,16 @@ Run through ``make book``, which first sets up the pinned environment in ``.venv
   outputs with the committed ones).
 * Sets ``ISOLAB_EXPLORABLE=static`` so explorable figures precompute their frames for
   the kernel-free website (see ``isolab/book/explorable.py``).
+* ``--only ch01 [--only ch04 ...]`` builds a subset: the front page and the named pages
+  (a table of contents written to ``_build/_toc_subset.yml``), into the same
+  ``_build/html`` and with the same execution cache. Links to pages outside the subset
+  cannot resolve, so a subset build does not turn warnings into errors; only the full
+  build (no ``--only``) is the one that must pass ``-W``.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -42,7 +48,32 @@ def library_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def main() -> int:
+def subset_toc(names: list[str]) -> Path:
+    """A table of contents with the front page, the pages whose file name starts with one
+    of ``names`` (``ch01``, ``ch04_muon``, ``using_isolab``) in the book's order, and the
+    bibliography (so that citations resolve)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    chosen = [entry for part in toc.get("parts", []) for entry in part["chapters"]
+              if any(Path(entry["file"]).name.startswith(name) for name in names)]
+    unknown = [n for n in names if not any(Path(e["file"]).name.startswith(n) for e in chosen)]
+    if unknown:
+        raise SystemExit(f"--only names no page of _toc.yml: {unknown}")
+    chosen += [entry for part in toc.get("parts", []) for entry in part["chapters"]
+               if Path(entry["file"]).name == "bibliography" and entry not in chosen]   # citations resolve
+    subset = {"format": toc["format"], "root": toc["root"], "parts": [{"caption": "Subset", "chapters": chosen}]}
+    path = BUILD / "_toc_subset.yml"
+    BUILD.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(subset, sort_keys=False))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Execute the chapters and render the site into _build/html.")
+    parser.add_argument("--only", action="append", default=[], metavar="PAGE",
+                        help="build only the front page and this page (a file-name prefix: ch01, using_isolab); repeatable")
+    args = parser.parse_args([] if argv is None else argv)
     start = time.perf_counter()
     fingerprint = library_fingerprint()
     if CACHE.exists() and (not FINGERPRINT.exists() or FINGERPRINT.read_text() != fingerprint):
@@ -55,7 +86,8 @@ def main() -> int:
         shutil.rmtree(stale, ignore_errors=True)
     env = dict(os.environ, ISOLAB_EXPLORABLE="static", PYDEVD_DISABLE_FILE_VALIDATION="1")
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    command = [str(jupyter_book), "build", str(ROOT), "--builder", "html", "-W", "--keep-going"]
+    command = [str(jupyter_book), "build", str(ROOT), "--builder", "html"]
+    command += ["--toc", str(subset_toc(args.only))] if args.only else ["-W", "--keep-going"]
     result = subprocess.run(command, cwd=ROOT, env=env)
     if result.returncode != 0:
         print("\nBook build FAILED (a cell error or a Sphinx warning; see above).", file=sys.stderr)
@@ -66,4 +98,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

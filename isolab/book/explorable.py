@@ -54,6 +54,18 @@ twice the pixels of its width on the page and stays crisp on high-density screen
 page's frame carries its figure width in inches and its smallest text in points as data
 attributes, from which the browser test computes the text's size where it is shown.
 
+**Phones.** On a narrow screen a figure drawn for the 672-px column shrinks, and its
+text with it (10 pt lands at 6.4 CSS px at 390 px). An explorable whose panels sit side
+by side declares ``narrow="panels"``: the page then shows the same frames cut into
+vertical strips, one per panel (:meth:`Explorable.panel_strips`, found from the axes'
+extents at the defaults), laid out in a wrapping row: at the column's width the strips
+join into the whole figure, and on a phone each panel fills the column, stacked (no extra
+frames, no extra bytes). A single-panel explorable needs no strips if it is drawn at most
+:data:`NARROW_WIDTH_IN` inches wide (then its 10-pt text stays at 9 CSS px or more on a
+390-px phone). :meth:`Explorable.clipped_text` checks, over the whole grid, that no title
+or label runs off the figure, is cut by its axes, or (with ``narrow="panels"``) straddles
+two strips.
+
 **Sliders and toggles.** A :class:`Slider` whose values are names (strings, or
 ``True``/``False``) is a categorical choice: it becomes toggle buttons (ipywidgets
 ``ToggleButtons`` live, a group of buttons on the website), not a range slider.
@@ -96,7 +108,8 @@ from matplotlib.figure import Figure  # drawn without pyplot: no backend, no glo
 __all__ = [
     "Slider", "Explorable", "FigureMessage", "Promise", "constant", "nondecreasing", "nonincreasing",
     "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "COLUMN_PX", "MIN_TEXT_PX", "MIN_MAIN_VALUES",
-    "registry", "shown", "first_sentence", "fit_to_column", "palette_png", "smallest_text",
+    "registry", "shown", "first_sentence", "fit_to_column", "palette_png", "smallest_text", "drawn_texts",
+    "clipped_texts", "NARROW_WIDTH_IN", "MIN_PHONE_TEXT_PX",
 ]
 
 MODE_VARIABLE = "ISOLAB_EXPLORABLE"
@@ -118,6 +131,18 @@ COLUMN_PX = 672
 MIN_TEXT_PX = 12
 #: Fewest values of a main slider whose quantity varies continuously.
 MIN_MAIN_VALUES = 9
+#: The smallest figure text a 390-px phone may show, in CSS pixels.
+MIN_PHONE_TEXT_PX = 9
+#: CSS pixels a 390-px phone's column gives a frame (measured with the book's theme: the
+#: viewport less the article's padding and the explorable's border and padding).
+PHONE_COLUMN_PX = 350
+#: The widest single-panel figure, in inches, whose 10-pt text stays at
+#: :data:`MIN_PHONE_TEXT_PX` or more when shown :data:`PHONE_COLUMN_PX` wide.
+NARROW_WIDTH_IN = math.floor(100 * 10 * PHONE_COLUMN_PX / (72 * MIN_PHONE_TEXT_PX)) / 100
+#: A strip narrower than this (a colourbar, a legend column) joins its neighbour.
+MIN_STRIP = 0.15
+#: The layouts an explorable may declare for narrow screens.
+NARROW_LAYOUTS = (None, "panels")
 
 _REGISTRY: "weakref.WeakSet[Explorable]" = weakref.WeakSet()
 _SHOWN: "list[Explorable]" = []
@@ -323,6 +348,10 @@ class Explorable:
     promises:
         What the caption promises, as :class:`Promise` objects; each one's ``text`` must
         appear in ``caption``.
+    narrow:
+        ``"panels"`` to show the frames on narrow screens cut into one strip per panel,
+        stacked (see *Phones* in the module docstring); ``None`` for a figure that reads
+        at a phone's width as it is (a single panel at most :data:`NARROW_WIDTH_IN` wide).
     trains:
         Whether a redraw runs a training computation. The book's budget for a live
         redraw is 300 ms for such figures and 150 ms for the others
@@ -345,6 +374,7 @@ class Explorable:
         main: str | None = None,
         promises: Sequence[Promise] = (),
         trains: bool = False,
+        narrow: str | None = None,
         max_frames: int = MAX_FRAMES,
         max_static_bytes: int = MAX_STATIC_BYTES,
     ) -> None:
@@ -374,6 +404,10 @@ class Explorable:
                 raise ValueError("promises are checked along the main slider: name it with main=...")
             if promise.text not in caption:
                 raise ValueError(f"the promise {promise.text!r} does not appear in the caption {caption!r}")
+        if narrow not in NARROW_LAYOUTS:
+            raise ValueError(f"narrow must be one of {NARROW_LAYOUTS}, got {narrow!r}")
+        self.narrow = narrow
+        self._strips: tuple[float, ...] | None = None
         self.main = main
         self.promises = promises
         self.draw = draw
@@ -419,6 +453,64 @@ class Explorable:
                 if not promise.holds(values):
                     broken.append(BrokenPromise(promise, setting, values))
         return broken
+
+    # ------------------------------------------------------------ narrow layout
+    def panel_strips(self) -> tuple[float, ...] | None:
+        """Where the page cuts the frames into panels on narrow screens: the cuts as
+        fractions of the figure's width, ``(0, …, 1)``, or ``None`` unless ``narrow`` is
+        ``"panels"``.
+
+        Found once, at the defaults: each visible axes' extent with its labels and title
+        (``get_tightbbox``); overlapping extents form one panel, a panel narrower than
+        :data:`MIN_STRIP` of the figure (a colourbar) joins its neighbour, and each cut
+        lies midway between two panels. Raises ``ValueError`` when the figure has only
+        one panel (draw it narrower instead)."""
+        if self.narrow != "panels":
+            return None
+        if self._strips is None:
+            fig = self.render(strict=True)
+            renderer = _renderer(fig)
+            width = fig.bbox.width
+            spans = sorted((ax.get_tightbbox(renderer).x0 / width, ax.get_tightbbox(renderer).x1 / width)
+                           for ax in fig.axes if ax.get_visible())
+            panels: list[list[float]] = []
+            for x0, x1 in spans:
+                if panels and x0 < panels[-1][1]:
+                    panels[-1][1] = max(panels[-1][1], x1)
+                else:
+                    panels.append([x0, x1])
+            i = 0
+            while len(panels) > 1 and i < len(panels):
+                if panels[i][1] - panels[i][0] < MIN_STRIP:
+                    j = i - 1 if i > 0 else i + 1
+                    panels[j] = [min(panels[i][0], panels[j][0]), max(panels[i][1], panels[j][1])]
+                    del panels[i]
+                    i = 0
+                else:
+                    i += 1
+            if len(panels) < 2:
+                raise ValueError("narrow='panels' needs panels side by side; this figure has one: draw it at most "
+                                 f"{NARROW_WIDTH_IN} in wide instead (narrow=None)")
+            cuts = [0.0] + [round(float(a[1] + b[0]) / 2, 4) for a, b in zip(panels, panels[1:])] + [1.0]
+            self._strips = tuple(cuts)
+        return self._strips
+
+    def clipped_text(self, **params: Any) -> list[str]:
+        """What is wrong with the text of the figure at ``params`` (missing ones at their
+        defaults): :func:`clipped_texts`, with this explorable's strips."""
+        fig = self.render(strict=True, **params)
+        return clipped_texts(fig, self.panel_strips())
+
+    def clipped_text_over_grid(self) -> list[str]:
+        """:meth:`clipped_text` at every combination of slider values, each problem
+        prefixed by its setting."""
+        strips = self.panel_strips()
+        found = []
+        for combo in itertools.product(*(s.values for s in self.sliders)):
+            params = {s.name: v for s, v in zip(self.sliders, combo)}
+            fig = self.render(strict=True, **params)
+            found += [f"{params}: {problem}" for problem in clipped_texts(fig, strips)]
+        return found
 
     # ------------------------------------------------------------------ drawing
     def defaults(self) -> dict[str, Any]:
@@ -556,9 +648,13 @@ class Explorable:
         controls = "".join(_static_toggle(s) if s.is_toggle else _static_range(s) for s in self.sliders)
         caption = f'<p class="isolab-caption">{html.escape(self.caption)}</p>' if self.caption else ""
         font = f"{self.min_font_pt:g}" if math.isfinite(self.min_font_pt) else ""
+        strips = self.panel_strips()
+        narrow = f' data-strips="{",".join(f"{c:g}" for c in strips)}"' if strips else ""
         return (
             f'<div class="isolab-explorable" id="isolab-explorable-{self._serial}" '
-            f'data-figure-width-in="{self.figsize[0]:g}" data-min-font-pt="{font}">'
+            f'data-figure-width-in="{self.figsize[0]:g}" data-min-font-pt="{font}" '
+            f'data-frame-dpi="{self.static_dpi:g}" data-display-width="{round(self.figsize[0] * DISPLAY_DPI)}"'
+            f'{narrow}>'
             f'<div class="isolab-controls">{controls}</div>{caption}'
             f'<img class="isolab-frame" alt="{html.escape(self.alt)}" '
             f'style="width: {round(self.figsize[0] * DISPLAY_DPI)}px" src="{uris[index[key]]}">'
@@ -663,6 +759,70 @@ def _live_control(widgets, s: Slider):
                                      style={"description_width": "initial", "button_width": "auto"})
     return widgets.SelectionSlider(options=options, value=s.default, description=s.text, continuous_update=True,
                                    style={"description_width": "initial"}, layout=widgets.Layout(width="320px"))
+
+
+def _renderer(fig: Figure):
+    """An Agg renderer for ``fig``, with the figure drawn on it (so that extents are known)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    renderer = canvas.get_renderer()
+    fig.draw(renderer)
+    return renderer
+
+
+def drawn_texts(fig: Figure) -> list:
+    """Every non-empty text a draw of ``fig`` puts on the canvas, with its extent in
+    display pixels: ``[(text, bbox)]``. Texts that exist but are not drawn (the labels of
+    ticks outside the view, invisible artists) are left out."""
+    from matplotlib.text import Text
+
+    drawn: list = []
+    original = Text.draw
+
+    def spy(text, renderer):
+        if text.get_visible() and text.get_text().strip():
+            drawn.append(text)
+        return original(text, renderer)
+
+    Text.draw = spy
+    try:
+        renderer = _renderer(fig)
+    finally:
+        Text.draw = original
+    seen, out = set(), []
+    for text in drawn:
+        if id(text) not in seen:
+            seen.add(id(text))
+            out.append((text, text.get_window_extent(renderer)))
+    return out
+
+
+def clipped_texts(fig: Figure, strips: Sequence[float] | None = None, *, tol: float = 0.5) -> list[str]:
+    """Every title, label, tick label or annotation of ``fig`` that a reader would see
+    cut: one that runs off the figure, one cut by the box it is clipped to (its axes),
+    and, given the page's ``strips`` (cuts as fractions of the width), one that straddles
+    a cut. Empty when all text shows whole. ``tol`` is in display pixels."""
+    width, height = fig.bbox.width, fig.bbox.height
+    problems = []
+    for text, box in drawn_texts(fig):
+        label = " ".join(text.get_text().split())[:40]
+        sides = [side for side, out in (("left", box.x0 < -tol), ("right", box.x1 > width + tol),
+                                        ("bottom", box.y0 < -tol), ("top", box.y1 > height + tol)) if out]
+        if sides:
+            problems.append(f"{label!r} runs off the figure ({', '.join(sides)})")
+            continue
+        clip = text.get_clip_box() if text.get_clip_on() else None
+        if clip is not None and (box.x0 < clip.x0 - tol or box.x1 > clip.x1 + tol or box.y0 < clip.y0 - tol
+                                 or box.y1 > clip.y1 + tol):
+            problems.append(f"{label!r} is cut by its axes")
+            continue
+        if strips:
+            cuts = [c * width for c in strips[1:-1]]
+            crossed = [c for c in cuts if box.x0 < c - tol and box.x1 > c + tol]
+            if crossed:
+                problems.append(f"{label!r} straddles the phone layout's cut at {crossed[0] / width:.3f} of the width")
+    return problems
 
 
 def smallest_text(fig: Figure) -> float:

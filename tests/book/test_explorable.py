@@ -390,3 +390,74 @@ def test_the_page_image_s_alt_text_is_the_caption_s_first_sentence_or_alt():
     assert 'alt="A line whose slope follows t."' in e.static_html()
     bare = Explorable(lambda fig, t: fig.add_subplot().plot([0, t]), [Slider("t", [1, 2], label="slope")])
     assert bare.alt == "Explorable figure: slope"
+
+
+# ---------------------------------------------------------------- phones: panels as strips, clipped text
+from isolab.book.explorable import MIN_STRIP, NARROW_WIDTH_IN, clipped_texts, drawn_texts  # noqa: E402
+
+
+def draw_three(fig, t):
+    axes = fig.subplots(1, 3)
+    for i, ax in enumerate(axes):
+        ax.plot([0, 1], [0, t * (i + 1)])
+        ax.set(title=f"panel {i}", xlabel="x", ylabel="y")
+    image = axes[2].imshow([[0, t], [t, 0]])
+    fig.colorbar(image, ax=axes[2])
+
+
+def test_panels_become_strips_each_holding_its_axes_and_a_colourbar_joins_its_panel():
+    e = Explorable(draw_three, [Slider("t", [1, 2])], figsize=(7.4, 2.6), narrow="panels")
+    cuts = e.panel_strips()
+    assert len(cuts) == 4 and cuts[0] == 0 and cuts[-1] == 1 and list(cuts) == sorted(cuts)
+    fig = e.render()
+    for ax in fig.axes[:3]:
+        box = ax.get_position()
+        assert any(a <= box.x0 and box.x1 <= b for a, b in zip(cuts, cuts[1:])), (box, cuts)
+    assert all(b - a >= MIN_STRIP for a, b in zip(cuts, cuts[1:]))
+    html = e.static_html()
+    assert f'data-strips="{",".join(f"{c:g}" for c in cuts)}"' in html
+    assert 'data-frame-dpi="180"' in html and f'data-display-width="{round(7.4 * DISPLAY_DPI)}"' in html
+    assert "data-strips" not in make().static_html()
+
+
+def test_one_panel_cannot_be_cut_and_narrow_takes_known_layouts():
+    with pytest.raises(ValueError, match="has one"):
+        make(narrow="panels").panel_strips()
+    with pytest.raises(ValueError, match="narrow must be one of"):
+        make(narrow="stacked")
+    assert make().panel_strips() is None
+    assert 10 * 350 / (72 * NARROW_WIDTH_IN) >= 9     # a narrow single panel reads on a phone
+
+
+def test_clipped_texts_finds_text_off_the_figure_cut_by_its_axes_or_across_a_strip():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3))
+    ax = fig.add_subplot()
+    ax.set_xticks([0, 0.5, 1, 5])
+    ax.set_xlim(0, 1)                                   # 5 lies outside the view: not drawn
+    fig.subplots_adjust(left=0.15, right=0.9, bottom=0.2, top=0.8)
+    ax.set_title("a title far too long to fit the width of such a small figure, however it is laid out")
+    ax.text(0.86, 0.5, "cut by the axes", clip_on=True, fontsize=8)
+    fig.text(0.48, 0.02, "across the cut")
+    problems = clipped_texts(fig, strips=(0, 0.5, 1))
+    assert any("'a title far too long" in p and "runs off the figure" in p for p in problems), problems
+    assert any("'cut by the axes' is cut by its axes" in p for p in problems), problems
+    assert any("'across the cut' straddles" in p for p in problems), problems
+    assert "5" not in [t.get_text() for t, _ in drawn_texts(fig)]
+    fine = Figure(figsize=(4, 2))
+    fine.add_subplot().set_title("short")
+    fine.tight_layout()
+    assert clipped_texts(fine) == []
+
+
+def test_clipped_text_over_the_grid_names_the_setting():
+    def draw(fig, t):
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 1])
+        ax.set_title("ok" if t == 1 else "a title grown far too long for its little figure, past its edge")
+
+    e = Explorable(draw, [Slider("t", [1, 2], default=1)], figsize=(3, 2))
+    assert e.clipped_text() == []
+    found = e.clipped_text_over_grid()
+    assert len(found) == 1 and found[0].startswith("{'t': 2}: 'a title grown far too long")

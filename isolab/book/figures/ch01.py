@@ -420,6 +420,7 @@ def gram_alignment() -> Explorable:
         main="ratio",
         figsize=(style.COLUMN_WIDTH, 3.1),
         static_colors=16,
+        narrow="panels",      # on a phone the three panels stack, each the column's width
         caption=CAPTION,
         alt=("The alignment of a gradient step falls as the batch grows relative to the width, and falls "
              "further as the condition number grows."),
