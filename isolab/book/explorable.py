@@ -105,6 +105,28 @@ from typing import Any, Callable, Sequence
 
 from matplotlib.figure import Figure  # drawn without pyplot: no backend, no global state
 
+from .explorable_frames import (  # noqa: F401  (part of this module's interface)
+    _live_control,
+    _renderer,
+    _static_range,
+    _static_toggle,
+    book_colors,
+    clipped_texts,
+    drawn_texts,
+    palette_png,
+    smallest_text,
+)
+from .explorable_sliders import (  # noqa: F401  (part of this module's interface)
+    BrokenPromise,
+    FigureMessage,
+    Promise,
+    Slider,
+    always,
+    constant,
+    nondecreasing,
+    nonincreasing,
+)
+
 __all__ = [
     "Slider", "Explorable", "FigureMessage", "Promise", "constant", "nondecreasing", "nonincreasing",
     "always", "BrokenPromise", "MODE_VARIABLE", "DISPLAY_DPI", "COLUMN_PX", "MIN_TEXT_PX", "MIN_MAIN_VALUES",
@@ -179,146 +201,6 @@ def fit_to_column(figsize: tuple[float, float], column_px: float = COLUMN_PX,
         raise ValueError(f"figsize must be positive, got {figsize!r}")
     scale = min(1.0, column_px / (width * display_dpi))
     return (round(width * scale, 4), round(height * scale, 4))
-
-
-class FigureMessage(Exception):
-    """Raised by a drawing function for a parameter combination it cannot show.
-
-    The figure shows ``str(exc)`` in place of the plot, e.g.
-    ``raise FigureMessage("b > d_in: no b orthonormal rows exist in d_in dimensions")``.
-    """
-
-
-@dataclass(frozen=True)
-class Slider:
-    """A named parameter and the grid of values its slider steps through.
-
-    ``values`` are shown in the given order; ``default`` (one of ``values``, the middle
-    one when omitted) is where the slider starts. ``fmt`` formats a value for its label.
-    Values that are names (strings, or ``True``/``False``) make a categorical choice,
-    shown as toggle buttons rather than a range (:attr:`is_toggle`); ``toggle`` forces
-    either form.
-    """
-
-    name: str
-    values: Sequence[Any]
-    label: str | None = None
-    default: Any = None
-    fmt: str = "{:g}"
-    toggle: bool | None = None
-    _index: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        if not self.name.isidentifier():
-            raise ValueError(f"slider name must be a Python identifier, got {self.name!r}")
-        values = tuple(self.values)
-        if len(values) < 2:
-            raise ValueError(f"slider {self.name!r} needs at least two values, got {values!r}")
-        if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"slider {self.name!r} has repeated values: {values!r}")
-        object.__setattr__(self, "values", values)
-        default = values[len(values) // 2] if self.default is None else self.default
-        if default not in values:
-            raise ValueError(f"default {default!r} of slider {self.name!r} is not one of its values {values!r}")
-        object.__setattr__(self, "default", default)
-        object.__setattr__(self, "_index", values.index(default))
-
-    @property
-    def default_index(self) -> int:
-        return self._index
-
-    @property
-    def text(self) -> str:
-        return self.label or self.name
-
-    @property
-    def is_toggle(self) -> bool:
-        """Whether the choice is categorical (toggle buttons): forced by ``toggle``, else
-        when every value is a name (a string or a bool)."""
-        if self.toggle is not None:
-            return bool(self.toggle)
-        return all(isinstance(v, (str, bool)) for v in self.values)
-
-    def format(self, value: Any) -> str:
-        if isinstance(value, bool) and self.fmt == "{:g}":
-            return "on" if value else "off"
-        try:
-            return self.fmt.format(value)
-        except (ValueError, TypeError):
-            return str(value)
-
-
-class _Predicate:
-    """A named test of the values a promise measures along the main slider."""
-
-    def __init__(self, description: str, test: Callable[[list], bool]):
-        self.description, self._test = description, test
-
-    def __call__(self, values: list) -> bool:
-        return bool(self._test(values))
-
-    def __repr__(self) -> str:
-        return self.description
-
-
-def _spread(values) -> tuple[float, float]:
-    import numpy as np
-
-    v = np.asarray(values, dtype=float)
-    return float(v.max() - v.min()), float(np.abs(v).max())
-
-
-def constant(*, atol: float = 0.0, rtol: float = 0.0) -> _Predicate:
-    """The measured value does not change along the main slider: max − min ≤ atol + rtol·max|v|."""
-    def test(values):
-        spread, size = _spread(values)
-        return spread <= atol + rtol * size
-    return _Predicate(f"constant (max - min <= {atol:g} + {rtol:g}·max|value|)", test)
-
-
-def nondecreasing(*, tol: float = 0.0) -> _Predicate:
-    """Each value is at least the one before it, up to ``tol``."""
-    return _Predicate(f"non-decreasing (tolerance {tol:g})",
-                      lambda v: all(float(b) >= float(a) - tol for a, b in zip(v, v[1:])))
-
-
-def nonincreasing(*, tol: float = 0.0) -> _Predicate:
-    """Each value is at most the one before it, up to ``tol``."""
-    return _Predicate(f"non-increasing (tolerance {tol:g})",
-                      lambda v: all(float(b) <= float(a) + tol for a, b in zip(v, v[1:])))
-
-
-def always(test: Callable[[Any], bool], description: str) -> _Predicate:
-    """``test(value)`` holds at every value of the main slider."""
-    return _Predicate(description, lambda values: all(bool(test(v)) for v in values))
-
-
-@dataclass(frozen=True)
-class Promise:
-    """One thing an explorable's caption promises the reader will see.
-
-    ``text`` is the caption's words (it must appear in the caption); ``measure(**params)``
-    computes the quantity with the figure's own computation at one grid point; ``holds``
-    (see :func:`constant`, :func:`nondecreasing`, :func:`nonincreasing`, :func:`always`)
-    tests the measured values along the main slider, for every setting of the others.
-    """
-
-    text: str
-    measure: Callable[..., Any]
-    holds: Callable[[list], bool]
-
-
-@dataclass(frozen=True)
-class BrokenPromise:
-    """Where a promise fails: the other sliders' setting and the values along the main one."""
-
-    promise: Promise
-    setting: dict
-    values: list
-
-    def __str__(self) -> str:
-        shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else repr(v) for v in self.values)
-        return f"{self.promise.text!r} is not {self.promise.holds!r} at {self.setting}: [{shown}]"
 
 
 class Explorable:
@@ -727,163 +609,3 @@ class Explorable:
             raise AssertionError("the caption promises what the figure does not show:\n" + "\n".join(map(str, broken[:5])))
 
 
-# ------------------------------------------------------------------ helpers
-def _static_range(s: Slider) -> str:
-    """A range input for an ordered quantity (its value printed beside it)."""
-    return (f'<label class="isolab-slider"><span class="isolab-slider-name">{html.escape(s.text)}</span>'
-            f'<input type="range" min="0" max="{len(s.values) - 1}" step="1" value="{s.default_index}" '
-            f'data-name="{s.name}" aria-label="{html.escape(s.text)}">'
-            f'<output>{html.escape(s.format(s.default))}</output></label>')
-
-
-def _static_toggle(s: Slider) -> str:
-    """A group of toggle buttons for a categorical choice: each a real ``<button>`` (in
-    the tab order, pressed with Enter or Space; the arrow keys step through the group),
-    the chosen one marked ``aria-pressed="true"``."""
-    buttons = "".join(
-        f'<button type="button" class="isolab-toggle-button" data-index="{i}" '
-        f'aria-pressed="{str(i == s.default_index).lower()}">{html.escape(s.format(v))}</button>'
-        for i, v in enumerate(s.values))
-    return (f'<div class="isolab-toggle" role="group" aria-label="{html.escape(s.text)}" data-name="{s.name}" '
-            f'data-index="{s.default_index}"><span class="isolab-slider-name">{html.escape(s.text)}</span>'
-            f'{buttons}</div>')
-
-
-def _live_control(widgets, s: Slider):
-    """The live control of one slider: ``ToggleButtons`` for a categorical choice, a
-    ``SelectionSlider`` otherwise (both exist, with these arguments, in ipywidgets 7.7
-    as Colab ships it and in 8.x)."""
-    options = [(s.format(v), v) for v in s.values]
-    if s.is_toggle:
-        return widgets.ToggleButtons(options=options, value=s.default, description=s.text,
-                                     style={"description_width": "initial", "button_width": "auto"})
-    return widgets.SelectionSlider(options=options, value=s.default, description=s.text, continuous_update=True,
-                                   style={"description_width": "initial"}, layout=widgets.Layout(width="320px"))
-
-
-def _renderer(fig: Figure):
-    """An Agg renderer for ``fig``, with the figure drawn on it (so that extents are known)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
-    renderer = canvas.get_renderer()
-    fig.draw(renderer)
-    return renderer
-
-
-def drawn_texts(fig: Figure) -> list:
-    """Every non-empty text a draw of ``fig`` puts on the canvas, with its extent in
-    display pixels: ``[(text, bbox)]``. Texts that exist but are not drawn (the labels of
-    ticks outside the view, invisible artists) are left out."""
-    from matplotlib.text import Text
-
-    drawn: list = []
-    original = Text.draw
-
-    def spy(text, renderer):
-        if text.get_visible() and text.get_text().strip():
-            drawn.append(text)
-        return original(text, renderer)
-
-    Text.draw = spy
-    try:
-        renderer = _renderer(fig)
-    finally:
-        Text.draw = original
-    seen, out = set(), []
-    for text in drawn:
-        if id(text) not in seen:
-            seen.add(id(text))
-            out.append((text, text.get_window_extent(renderer)))
-    return out
-
-
-def clipped_texts(fig: Figure, strips: Sequence[float] | None = None, *, tol: float = 0.5) -> list[str]:
-    """Every title, label, tick label or annotation of ``fig`` that a reader would see
-    cut: one that runs off the figure, one cut by the box it is clipped to (its axes),
-    and, given the page's ``strips`` (cuts as fractions of the width), one that straddles
-    a cut. Empty when all text shows whole. ``tol`` is in display pixels."""
-    width, height = fig.bbox.width, fig.bbox.height
-    problems = []
-    for text, box in drawn_texts(fig):
-        label = " ".join(text.get_text().split())[:40]
-        sides = [side for side, out in (("left", box.x0 < -tol), ("right", box.x1 > width + tol),
-                                        ("bottom", box.y0 < -tol), ("top", box.y1 > height + tol)) if out]
-        if sides:
-            problems.append(f"{label!r} runs off the figure ({', '.join(sides)})")
-            continue
-        clip = text.get_clip_box() if text.get_clip_on() else None
-        if clip is not None and (box.x0 < clip.x0 - tol or box.x1 > clip.x1 + tol or box.y0 < clip.y0 - tol
-                                 or box.y1 > clip.y1 + tol):
-            problems.append(f"{label!r} is cut by its axes")
-            continue
-        if strips:
-            cuts = [c * width for c in strips[1:-1]]
-            crossed = [c for c in cuts if box.x0 < c - tol and box.x1 > c + tol]
-            if crossed:
-                problems.append(f"{label!r} straddles the phone layout's cut at {crossed[0] / width:.3f} of the width")
-    return problems
-
-
-def smallest_text(fig: Figure) -> float:
-    """The font size in points of the smallest visible, non-empty text of ``fig``
-    (infinity when it has none)."""
-    from matplotlib.text import Text
-
-    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-    return float(min(sizes)) if sizes else math.inf
-
-
-@functools.lru_cache(maxsize=1)
-def book_colors() -> tuple[tuple[int, int, int], ...]:
-    """The book's own colours as 8-bit RGB: every optimizer's and every role's, and the
-    darker forms their text takes (``style.text_color``)."""
-    import matplotlib.colors
-
-    from isolab.book.figures import style  # imported here: style imports this module
-
-    named = [look.color for look in style.OPTIMIZERS.values()] + list(style.ROLES.values())
-    named += [style.text_color(c) for c in named]
-    out = []
-    for c in named:
-        rgb = tuple(int(round(255 * v)) for v in matplotlib.colors.to_rgb(c))
-        if rgb not in out:
-            out.append(rgb)
-    return tuple(out)
-
-
-#: Pixels of one of the book's colours a frame must hold for the palette to keep it exactly.
-_KEEP_PIXELS = 20
-
-
-def palette_png(image, colors: int) -> bytes:
-    """``image`` as a palette PNG: the book's colours that it holds (at least a few
-    pixels of each, exactly), plus ``colors`` colours fitted to the image by median cut
-    for everything else; every pixel takes the nearest palette colour (no dithering).
-
-    A fitted palette alone gives its entries to what covers the most pixels, so two
-    thin curves of similar weight (Iso's green and IsoAdam's wine, say) can share one
-    averaged entry; keeping the book's colours exact keeps every optimizer its own."""
-    import numpy as np
-    from PIL import Image
-
-    image = image.convert("RGB")
-    pixels = np.asarray(image, dtype=np.uint32)
-    codes = (pixels[..., 0] << 16) | (pixels[..., 1] << 8) | pixels[..., 2]
-    wanted = np.array([(r << 16) | (g << 8) | b for r, g, b in book_colors()], dtype=np.uint32)
-    found, counts = np.unique(codes[np.isin(codes, wanted)], return_counts=True)
-    kept = [(int(c) >> 16, (int(c) >> 8) & 255, int(c) & 255) for c, n in zip(found, counts) if n >= _KEEP_PIXELS]
-    fitted = image.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-    entries = fitted.getpalette()
-    palette = list(kept)
-    for _, i in sorted(fitted.getcolors(256), reverse=True):          # the most used first
-        rgb = tuple(entries[3 * i:3 * i + 3])
-        if rgb not in palette and len(palette) < 256:
-            palette.append(rgb)
-    flat = [v for rgb in palette for v in rgb]
-    holder = Image.new("P", (1, 1))
-    holder.putpalette(flat + flat[:3] * (256 - len(palette)))   # unused entries repeat the first colour
-    quantized = image.quantize(palette=holder, dither=Image.Dither.NONE)
-    out = io.BytesIO()
-    quantized.save(out, format="PNG", optimize=True)
-    return out.getvalue()
