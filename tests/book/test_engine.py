@@ -389,3 +389,54 @@ def test_chunks_and_threads_do_not_change_results(name, hyper, monkeypatch):
         np.testing.assert_array_equal(s.loss, whole.loss)
         np.testing.assert_array_equal(s.weight_norm, whole.weight_norm)
         assert s.info["roots"] == whole.info["roots"]
+
+
+# ----------------------------------------------------------------------------- library defaults
+def test_engine_defaults_are_the_librarys_signatures_with_the_stated_deviations_only():
+    import inspect
+
+    from isolab.book.engine import defaults as D
+
+    for name, h in DEFAULTS.items():
+        expected = D.engine_defaults()[name]
+        assert h == expected, name
+        for key, value in D.library_defaults(name).items():  # every key the library has
+            stated = D.BOOK_DEVIATIONS.get(name, {}).get(key)
+            assert h[key] == (stated[0] if stated else value), (name, key)
+    # every parameter of every library signature is a lane key, implicit or not a lane's
+    for name, cls in D.LIBRARY_CLASSES.items():
+        sig = D.signature_defaults(cls)
+        for key, value in sig.items():
+            if key in D.NOT_LANE or key in D.RENAMED.get(name, {}):
+                continue
+            if key in D.IMPLICIT.get(name, {}):
+                assert D.IMPLICIT[name][key] == (tuple(value) if isinstance(value, list) else value), (name, key)
+                continue
+            assert key in DEFAULTS[name] or name in ("sgd", "shampoo_graft"), (name, key)
+        params = inspect.signature(cls.__init__).parameters
+        assert all(k in sig or k in ("self", "params", "model") or params[k].kind in (params[k].VAR_KEYWORD,)
+                   for k in params), name
+
+
+def test_the_iso_lanes_take_the_librarys_shrinkage_and_stat_rows():
+    from isolab.book.engine import defaults as D
+
+    lib = {n: D.library_defaults(n) for n in ("iso", "isoadam")}
+    assert lib["isoadam"]["shrinkage"] is True and lib["isoadam"]["stat_rows"] == "auto"
+    assert lib["isoadam"]["weight_decay"] == 0.01
+    # below b = n shrinkage acts, and the lanes follow the library step for step
+    small = DeepLinearRegression(n=16, depth=3, batch=8)
+    for name in ("iso", "isoadam"):
+        _compare(small, name, [0.01], 25, hyper={**lib[name], "weight_decay": 0.01 if name == "isoadam" else 0.0})
+    # at b >= n it does nothing: bitwise the plain rule
+    wide = DeepLinearRegression(n=16, depth=3, batch=64)
+    a, b = (sweep(wide, "iso", [0.01], 20, seeds=[0], dtype=torch.float32, hyper={"shrinkage": s},
+                  progress=False).loss for s in (True, False))
+    assert np.array_equal(a, b)
+    with pytest.raises(NotImplementedError, match="cannot be subsampled"):
+        sweep(DeepLinearRegression(16, 3, 2048), "iso", [0.01], 2, seeds=[0], hyper={"stat_rows": 100}, progress=False)
+
+
+def test_shampoo_lanes_take_the_librarys_momentum():
+    _compare(DeepLinearRegression(n=16, depth=3, batch=32), "shampoo", [0.005, 0.02], 25,
+             hyper={"momentum": 0.9, "damping": 1e-4})

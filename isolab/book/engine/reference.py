@@ -38,8 +38,8 @@ def make_optimizer(name: str, model: torch.nn.Module, lr: float, hyper: Optional
         return Muon(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], ns_steps=h["ns_steps"],
                     exact=h["exact"], weight_decay=h["weight_decay"])
     if name == "shampoo":
-        return Shampoo(model, lr=lr, beta=h["beta"], damping=h["damping"], root_interval=h["root_interval"],
-                       weight_decay=h["weight_decay"], stats_dtype=sd)
+        return Shampoo(model, lr=lr, momentum=h["momentum"], beta=h["beta"], damping=h["damping"],
+                       root_interval=h["root_interval"], weight_decay=h["weight_decay"], stats_dtype=sd)
     if name == "shampoo_graft":  # exponential factors: a decayed sum, the same direction after grafting
         return Shampoo(model, lr=lr, beta=h["betas"][1], damping=h["damping"], root_interval=h["root_interval"],
                        weight_decay=h["weight_decay"], stats_dtype=sd, momentum=h["betas"][0], graft="adam",
@@ -52,15 +52,15 @@ def make_optimizer(name: str, model: torch.nn.Module, lr: float, hyper: Optional
                               "pip install pytorch-optimizer") from error
         return SOAP(model.parameters(), lr=lr, betas=h["betas"], shampoo_beta=h["shampoo_beta"], eps=h["eps"],
                     precondition_frequency=h["precondition_frequency"], weight_decay=h["weight_decay"])
-    common = dict(beta_cov=h["beta_cov"], damping=h["damping"], stat_interval=1, stat_rows=None,
+    common = dict(beta_cov=h["beta_cov"], damping=h["damping"], stat_interval=1, stat_rows=h["stat_rows"],
                   root_interval=h["root_interval"],
                   root_method=h["root_method"], root_tol=h["root_tol"], weight_decay=h["weight_decay"],
                   stats_dtype=sd)
     if name == "iso":
-        return Iso(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], shrinkage=False,
+        return Iso(model, lr=lr, momentum=h["momentum"], nesterov=h["nesterov"], shrinkage=h["shrinkage"],
                    momentum_placement=h["momentum_placement"], **common)
     if name == "isoadam":
-        return IsoAdam(model, lr=lr, betas=h["betas"], eps=h["eps"], shrinkage=False, **common)
+        return IsoAdam(model, lr=lr, betas=h["betas"], eps=h["eps"], shrinkage=h["shrinkage"], **common)
     raise ValueError(f"engine optimizer {name!r} has no torch.optim reference; those that do: {REFERENCED}")
 
 

@@ -43,30 +43,22 @@ import torch
 from torch import Tensor
 
 from isolab import linalg, rules, updates
+from .defaults import engine_defaults
 from .roots import inverse_sqrt_batched
 
 __all__ = ["DEFAULTS", "OPTIMIZERS", "make_rule", "LaneRule"]
 
-DEFAULTS: dict[str, dict] = {
-    "sgd": dict(momentum=0.0, nesterov=False, weight_decay=0.0),
-    "signsgd": dict(momentum=0.0, weight_decay=0.0),
-    "adam": dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0),
-    "muon": dict(momentum=0.95, nesterov=True, ns_steps=5, exact=False, weight_decay=0.0),
-    "shampoo": dict(beta=1.0, damping=1e-6, root_interval=10, weight_decay=0.0),
-    "iso": dict(momentum=0.95, nesterov=True, beta_cov=0.95, damping=1e-3, root_interval=10,
-                root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0,
-                momentum_placement="gradient"),
-    "isoadam": dict(betas=(0.9, 0.999), eps=1e-8, beta_cov=0.95, damping=1e-3, root_interval=10,
-                    root_method="eigh", root_tol=None, root_fallback="auto", weight_decay=0.0),
-    # Shampoo in the form Distributed Shampoo trains with (Shi et al. 2023): EMA factors,
-    # Adam grafting of the step's size, momentum after grafting (GraftedShampooRule)
-    "shampoo_graft": dict(betas=(0.9, 0.999), graft_eps=1e-8, damping=1e-6, root_interval=10, weight_decay=0.0),
-    # K-FAC (Martens & Grosse 2015): Iso's input covariance, the exact Gauss-Newton output factor
-    # (damping 0.1: at Iso's 1e-3 it diverges on deep linear networks at every lr tried)
-    "kfac": dict(momentum=0.9, nesterov=False, beta_cov=0.95, damping=0.1, root_interval=10, weight_decay=0.0),
-    # pytorch-optimizer's SOAP defaults, except weight decay (0 here, as every other lane)
-    "soap": dict(betas=(0.95, 0.95), shampoo_beta=None, eps=1e-8, precondition_frequency=10, weight_decay=0.0),
-}
+#: Each optimizer's hyperparameters and their defaults: the library's, read from the
+#: signatures of the classes the lanes reproduce, with the deviations of
+#: :data:`isolab.book.engine.defaults.BOOK_DEVIATIONS` (stated there with their reasons).
+#: Iso and IsoAdam take the library's ``shrinkage`` and ``stat_rows`` (``"auto"``: every row of
+#: batches up to 1024 rows; a row limit below the batch is refused, since the lanes see
+#: exactly compressed batches); Shampoo its ``momentum``.  ``shampoo_graft`` is Shampoo with
+#: Adam grafting as Distributed Shampoo trains (Shi et al. 2023); ``kfac`` is K-FAC (Martens &
+#: Grosse 2015) with Iso's input covariance and the exact Gauss-Newton output factor (damping
+#: 0.1: at Iso's 1e-3 it diverges on deep linear networks at every lr tried); ``soap`` takes
+#: pytorch-optimizer's SOAP defaults.
+DEFAULTS: dict[str, dict] = engine_defaults()
 
 #: Names accepted by :func:`isolab.book.engine.sweep`.
 OPTIMIZERS = tuple(DEFAULTS)
@@ -222,9 +214,16 @@ class MuonRule(LaneRule):
 class ShampooRule(LaneRule):
     name = "shampoo"
 
+    def init_state(self, W):
+        self.momentum_weight = 0.0
+        return {"buf": torch.zeros_like(W)} if self.h["momentum"] > 0 else {}
+
     def apply(self, W, g, stats, lr, t, state):
         h = self.h
         chunks = layer_chunks(W)
+        mu = h["momentum"]
+        if mu > 0:  # as isolab.optim.Shampoo: a bias-corrected average of the preconditioned steps
+            self.momentum_weight = mu * self.momentum_weight + (1 - mu)
         first = "L" not in state
         if first:
             state["L"] = g.new_empty(*g.shape[:-1], g.shape[-2])
@@ -250,12 +249,32 @@ class ShampooRule(LaneRule):
             self.root_stats["recomputed"] = self.root_stats.get("recomputed", 0) + 2 * L[..., 0, 0].numel()
         for c in chunks:
             d = updates.two_sided(g[c], state["L_root"][c], state["R_root"][c])
+            if mu > 0:
+                state["buf"][c].lerp_(d, 1 - mu)
+                d = state["buf"][c] / self.momentum_weight
             rules.decoupled_weight_decay_(W[c], lr, h["weight_decay"])
             rules.descend_(W[c], d, lr)
 
 
 class _WhitenedRule(LaneRule):
-    """Iso's statistics: bias-corrected EMA of ``X^T X/b`` and ``G^T G/b``, roots every ``root_interval``."""
+    """Iso's statistics: bias-corrected EMA of ``X^T X/b`` and ``G^T G/b``, roots every ``root_interval``.
+
+    ``stat_rows`` as the library's (``None`` or ``"auto"``: every row of the batch when
+    ``"auto"``'s limit ``max(1024, 2n)`` reaches the batch; a smaller limit is refused, since a
+    compressed batch cannot be subsampled); ``shrinkage`` as the library's
+    (:func:`isolab.optim.covariance.effective_damping`: below ``b < n`` rows per step the
+    damping is raised to ``max(δ, n/(n + n_eff))``; at ``b >= n`` bitwise the plain rule).
+    """
+
+    def check_problem(self, problem) -> None:
+        from isolab.optim import covariance
+
+        limit = covariance.row_limit({"stat_rows": self.h["stat_rows"]}, problem.n, problem.n)
+        if limit is not None and limit < problem.batch_size:
+            raise NotImplementedError(f"{self.name}: stat_rows={self.h['stat_rows']!r} keeps {limit} of the batch's "
+                                      f"{problem.batch_size} rows; the engine's compressed batches cannot be "
+                                      "subsampled (train such a run with isolab.optim, one lane at a time)")
+        self.rows_s2 = 0.0
 
     def statistics(self, Xs, Gs, b, state):
         """The step's averages ``ema(X^T X / b)``, ``ema(G^T G / b)`` (the new ``cov_x``,
@@ -291,9 +310,12 @@ class _WhitenedRule(LaneRule):
         beta = h["beta_cov"]
         state["cov_x"] = cx = stats["cov_x"]  # already averaged by statistics()
         state["cov_g"] = cg = stats["cov_g"]
+        # the rows behind the average, as the library counts them (every step: stat_interval = 1)
+        self.rows_s2 = beta**2 * getattr(self, "rows_s2", 0.0) + (1 - beta) ** 2 / self.batch
         if "root_x" not in state or rules.refresh_due(t, h["root_interval"]):
             corr = rules.bias_correction(beta, t)
             have_prev = "root_x" in state
+            damping = self._damping(cx.shape[-1], cg.shape[-1], corr**2 / self.rows_s2)
             if not have_prev:
                 state["root_x"], state["root_g"] = torch.empty_like(cx), torch.empty_like(cg)
             rx, rg = state["root_x"], state["root_g"]
@@ -302,13 +324,23 @@ class _WhitenedRule(LaneRule):
                 counts = {}
                 C = torch.stack([cx[c] / corr, cg[c] / corr])
                 prev = torch.stack([rx[c], rg[c]]) if have_prev else None
-                R = inverse_sqrt_batched(C, h["damping"], h["root_method"], prev, h["root_tol"], h["root_fallback"],
+                R = inverse_sqrt_batched(C, damping, h["root_method"], prev, h["root_tol"], h["root_fallback"],
                                          counts)
                 rx[c], rg[c] = R[0], R[1]
                 return counts
 
             _add_counts(self.root_stats, parallel_map(roots, chunks))
         return state["root_x"], state["root_g"]
+
+    def _damping(self, n: int, m: int, n_eff: float) -> float:
+        """The relative damping of both roots (the library's effective damping; the engine's
+        layers are square, so both sides share it)."""
+        from isolab.optim import covariance
+
+        if n != m:  # pragma: no cover - every engine problem has square layers
+            raise NotImplementedError("shrinkage with non-square layers: the two sides would need their own damping")
+        group = {"damping": self.h["damping"], "shrinkage": self.h["shrinkage"]}
+        return covariance.effective_damping(group, n_eff, n, self.batch)
 
 
 class IsoRule(_WhitenedRule):
@@ -544,6 +576,12 @@ def _validate(name: str, h: dict) -> None:
             raise ValueError(f"{name}: {k} must be a positive int, got {h[k]!r}")
     if "momentum_placement" in h and h["momentum_placement"] not in ("gradient", "update"):
         raise ValueError(f"{name}: momentum_placement must be 'gradient' or 'update', got {h['momentum_placement']!r}")
+    if "shrinkage" in h and not isinstance(h["shrinkage"], bool):
+        raise ValueError(f"{name}: shrinkage must be True or False, got {h['shrinkage']!r}")
+    if "stat_rows" in h:
+        from isolab.optim.covariance import check_stat_rows
+
+        check_stat_rows(h["stat_rows"], f"{name}: stat_rows")
     if "root_method" in h and h["root_method"] not in ("eigh", "newton"):
         raise ValueError(f"{name}: root_method must be 'eigh' or 'newton', got {h['root_method']!r}")
     if "root_fallback" in h and h["root_fallback"] not in ("auto", "eigh", "newton"):
