@@ -20,6 +20,13 @@ initial weights): :func:`paired_difference` is the median of the per-seed differ
 with its order-statistic interval. "A is better than B" is supported when the whole
 interval lies below zero. Both diverged on a seed: a tie (difference 0); only one
 diverged: ``+inf`` or ``-inf``.
+
+Verdicts (protocol version 3, :mod:`isolab.book.engine.tuning`): a pair is ranked only
+where the paired interval lies on the same side of zero in *every* set of held-out seeds
+(the held-out set and the fresh one); otherwise it is *unresolved* (:func:`ranked`), and a
+page shows the pair set by set (:func:`by_set`). A measured ratio compared with a threshold
+(:func:`against_threshold`) is unresolved when the two lie within the resolution of the
+grid that produced the measurement.
 """
 
 from __future__ import annotations
@@ -30,7 +37,11 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Interval", "median_interval", "paired_difference", "coverage", "order_ranks"]
+__all__ = ["Interval", "median_interval", "paired_difference", "coverage", "order_ranks", "ranked", "by_set",
+           "against_threshold", "VERDICTS"]
+
+#: The outcomes of :func:`ranked`.
+VERDICTS = ("ahead", "behind", "unresolved")
 
 
 @dataclass(frozen=True)
@@ -104,3 +115,37 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
         d = a - b
     d[np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))] = 0.0
     return median_interval(d, level)
+
+
+def ranked(intervals: Sequence[Interval], min_effect: float = 0.0) -> str:
+    """``"ahead"`` if every set's paired interval (of ``a - b``, lower is better) lies wholly
+    below ``-min_effect``, ``"behind"`` if every one lies wholly above ``min_effect``, else
+    ``"unresolved"``. One interval per set of held-out seeds; at least one."""
+    intervals = list(intervals)
+    if not intervals:
+        raise ValueError("ranked() needs the paired interval of at least one set of seeds")
+    if all(iv.high < -min_effect for iv in intervals):
+        return "ahead"
+    if all(iv.low > min_effect for iv in intervals):
+        return "behind"
+    return "unresolved"
+
+
+def by_set(intervals: Sequence[Interval], names: Sequence[str], fmt=lambda v: f"{v:+.3f}") -> str:
+    """``"held-out −0.05 [−0.08, −0.02] · fresh −0.04 [−0.07, +0.01]"``: a pair set by set."""
+    return " · ".join(f"{n} {fmt(iv.median)} [{fmt(iv.low)}, {fmt(iv.high)}]" for n, iv in zip(names, intervals))
+
+
+def against_threshold(measured: float, threshold: float, resolution: float, *, below: bool = True) -> str:
+    """``"holds"``, ``"fails"`` or ``"unresolved"`` for the claim "``measured`` is below
+    ``threshold``" (``below=False``: above) when ``measured`` comes from a grid whose
+    neighbouring values differ by the factor ``resolution`` (> 1): within that factor of the
+    threshold the grid cannot tell the two sides apart."""
+    if not resolution > 1:
+        raise ValueError(f"resolution is a factor > 1 between neighbouring grid values, got {resolution!r}")
+    if not (measured > 0 and threshold > 0):
+        raise ValueError("against_threshold compares positive ratios")
+    gap = math.log(measured / threshold)
+    if abs(gap) < math.log(resolution):
+        return "unresolved"
+    return "holds" if (gap < 0) == below else "fails"

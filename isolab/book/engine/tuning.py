@@ -1,32 +1,50 @@
-r"""The tuning protocol of Part III (version 2): the same trials for every optimizer, the
-setting chosen on five tuning seeds under a stability rule, reported on held-out seeds.
+r"""The tuning protocol of Part III (version 3): one pilot for everyone, the same trials for
+every optimizer, every knob its authors tune tuned for all, choices on five tuning seeds
+under a stability rule, verdicts on held-out seeds and again on fresh ones.
 
-A comparison of optimizers is only as fair as the tuning behind it. The protocol here is
-the one every Part III experiment follows:
+The protocol is fixed here, in :data:`PROTOCOL` and :data:`TUNED_KNOBS`, before the runs it
+governs, and stated in words on the book's protocol page (``book/protocol.md``). Every Part
+III experiment follows it:
 
+0. **A shared pilot centres every range the same way** (:func:`pilot`). Each optimizer, at
+   its library defaults, runs ``per_decade`` learning rates per decade over one span for all
+   (``1e-6 .. 1e1``) on the pilot seeds (two of the tuning seeds), at the full budget; its
+   best stable rate ``c`` centres the coarse range ``[c / f, c f]`` with the same ``f`` for
+   everyone (:data:`PROTOCOL` ``["range_factor"]``). No range is set by hand.
 1. **The same trials, counted as run.** Each optimizer runs exactly ``coarse + refine``
-   configurations. Its knobs other than the learning rate (momentum, :math:`\beta_2`,
-   damping, ...) span a small product grid; the *coarse* phase gives each knob setting
-   ``coarse // (size of that grid)`` log-spaced learning rates over ``lr_range`` (an
-   optimizer with more knobs gets fewer rates, never more trials; ``coarse`` must divide
-   evenly); the *refine* phase then spends ``refine`` more trials on the learning rate of
-   the coarse winner's knob setting, log-spaced strictly between its two coarse neighbours
-   (one coarse step either side, so a winner at the edge of the range is looked past). No
-   grid is ever moved or rerun: the count every optimizer gets is the count it ran.
+   configurations. Its knobs other than the learning rate span a product grid built by one
+   rule (:func:`knob_grid`): the momentum over ``{0, 0.9, 0.95}`` for every optimizer (Adam's
+   family through :math:`\beta_1`), and the damping or :math:`\epsilon` over its library
+   default and a decade either side wherever there is one (:data:`TUNED_KNOBS`). The
+   *coarse* phase gives each knob setting ``coarse // (size of that grid)`` log-spaced rates
+   over the range (SGD's heavy-ball momentum multiplies its steady step by
+   :math:`1/(1-\mu)`, so its rates for momentum :math:`\mu` are the range times
+   :math:`1-\mu`; every other momentum is an average and leaves the step's size alone); the
+   *refine* phase spends ``refine`` more trials on the learning rate of the coarse winner's
+   knob setting, log-spaced strictly between its two coarse neighbours. No grid is ever
+   moved or rerun: the count every optimizer gets is the count it ran
+   (:func:`check_entry` checks a saved entry).
 2. **Successive halving** (``halving=eta``) inside each phase: every trial first runs a
    fraction ``1/eta^(rungs-1)`` of the steps on the tuning seeds, the best ``1/eta`` go on
    to a run ``eta`` times longer, until the survivors run all ``steps``. A promoted trial
    that diverges at the longer length is replaced by the next best of the previous rung
    (back-fill: a configuration already tried, run longer; no new configuration).
 3. **Stability.** A configuration that diverges on *any* tuning seed scores ``inf`` and is
-   out: a rate that survives two seeds of five is not a rate to report. Otherwise its score
-   is the median over the tuning seeds.
+   out. Otherwise its score is the median over the tuning seeds.
 4. **The choice** is the best full-length trial of both phases; ``interior`` records whether
    its rate lies strictly inside every rate searched.
-5. **Everything explicit.** A :class:`Tuned` setting carries every hyperparameter by name
+5. **Verdicts** (:mod:`isolab.book.engine.intervals`): the choice runs on 20 held-out seeds
+   and again on 20 fresh seeds (every optimizer's runs change). One optimizer is ahead of
+   another only where the interval of their paired log ratio lies wholly on one side of
+   zero (the pre-registered minimum effect is none, :data:`PROTOCOL` ``["min_effect"]``, for
+   every comparison) in *both* sets; otherwise the pair is *unresolved*, and shown set by
+   set (:func:`~isolab.book.engine.intervals.ranked`). A measured ratio compared with a
+   threshold is unresolved when the two are within the tuning grid's resolution
+   (:func:`~isolab.book.engine.intervals.against_threshold`). Divergences are counted per
+   set.
+6. **Everything explicit.** A :class:`Tuned` setting carries every hyperparameter by name
    (the defaults filled in) and the schedule, so a later change of a library default cannot
-   move a saved result. Held-out seeds are evaluated separately (:func:`evaluate`); their
-   intervals are in :mod:`isolab.book.engine.intervals`.
+   move a saved result.
 
 Scores are "lower is better" (:func:`scores`): ``"tail_expected_loss"``, the exact expected
 loss averaged over the last 10 % of the steps (:func:`tail_steps`); ``"iterations_expected"``,
@@ -51,11 +69,127 @@ from .core import sweep
 from .rules_lanes import resolve_hyper
 
 __all__ = ["Trial", "Tuned", "trial_grid", "rung_steps", "scores", "tune", "evaluate",
-           "refine_grid", "metric_kwargs", "tail_steps", "METRICS", "tune_lr"]
+           "refine_grid", "metric_kwargs", "tail_steps", "METRICS", "tune_lr", "PROTOCOL", "TUNED_KNOBS",
+           "knob_grid", "lr_scale", "pilot", "pilot_lrs", "check_entry"]
 
 METRICS = ("tail_expected_loss", "iterations_expected", "final_loss", "iterations")
 #: The fraction of the steps the tail metric averages over.
 TAIL = 0.1
+
+
+#: Part III's protocol, version 3: written down before the runs it governs.
+PROTOCOL = {
+    "version": 3,
+    "momenta": (0.0, 0.9, 0.95),           # every optimizer's momentum (Adam's family: beta1)
+    "damping_spread": (0.1, 1.0, 10.0),    # damping or eps: the library default and a decade either side
+    "pilot": {"span": (1e-6, 1e1), "per_decade": 2, "seeds": (0, 1)},
+    "range_factor": 6.0,                   # coarse range [c/6, 6c] around the pilot's best rate c
+    "coarse": 54, "refine": 12, "halving": 4, "rungs": 3,
+    "tuning_seeds": (0, 1, 2, 3, 4),
+    "heldout_seeds": tuple(range(10, 30)),
+    "fresh_seeds": tuple(range(30, 50)),   # a second held-out set: every optimizer's runs change
+    "interval_level": 0.9,
+    "min_effect": 0.0,                     # no minimum effect: an interval off zero in both sets ranks
+}
+
+#: The knobs each method's authors tune besides the learning rate, tuned for every optimizer
+#: that has them: ``optimizer -> (momentum knob, damping knob or None)``. ``"momentum"`` is
+#: the optimizer's own momentum (SGD: Nesterov's form whenever it is on), ``"beta1"`` Adam's
+#: first moment (``betas[0]``, ``betas[1]`` held at the library default); ``"damping"`` and
+#: ``"eps"`` go over :data:`PROTOCOL` ``["damping_spread"]`` times the library default.
+TUNED_KNOBS = {
+    "sgd": ("momentum", None), "signsgd": ("momentum", None), "muon": ("momentum", None),
+    "adam": ("beta1", "eps"), "soap": ("beta1", "eps"),
+    "isoadam": ("beta1", "damping"), "shampoo_graft": ("beta1", "damping"),
+    "shampoo": ("momentum", "damping"), "kfac": ("momentum", "damping"), "iso": ("momentum", "damping"),
+}
+
+
+def knob_grid(optimizer: str, base: dict) -> list[dict]:
+    """The knob combinations :data:`TUNED_KNOBS` gives ``optimizer`` around ``base`` (its
+    every hyperparameter: the library's defaults and the entry's stated deviations)."""
+    if optimizer not in TUNED_KNOBS:
+        raise ValueError(f"the protocol has no knobs for {optimizer!r}; known: {sorted(TUNED_KNOBS)}")
+    mom, damp = TUNED_KNOBS[optimizer]
+    out = []
+    for mu in PROTOCOL["momenta"]:
+        if mom == "beta1":
+            combo = {"betas": (mu, tuple(base["betas"])[1])}
+        else:
+            combo = {"momentum": mu}
+            if optimizer == "sgd":
+                combo["nesterov"] = mu > 0
+        if damp is None:
+            out.append(combo)
+        else:
+            out += [{**combo, damp: _round(base[damp] * f)} for f in PROTOCOL["damping_spread"]]
+    return out
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def lr_scale(optimizer: str, combo: dict) -> float:
+    """The factor on a knob setting's learning rates: ``1 - momentum`` for SGD's heavy-ball
+    momentum (its steady step is ``lr / (1 - momentum)`` times the gradient), else 1."""
+    if optimizer == "sgd":
+        return 1.0 - float(combo.get("momentum", 0.0))
+    return 1.0
+
+
+def check_entry(optimizer: str, knobs, trials: int, coarse: Optional[int] = None,
+                refine: Optional[int] = None) -> None:
+    """Raise ``ValueError`` unless an entry follows the protocol: its knob combinations are
+    exactly the ones :data:`TUNED_KNOBS` asks for (every knob tuned, with the protocol's
+    values) and it ran exactly ``coarse + refine`` distinct trials."""
+    coarse = PROTOCOL["coarse"] if coarse is None else coarse
+    refine = PROTOCOL["refine"] if refine is None else refine
+    combos = _combinations(knobs)
+    mom, damp = TUNED_KNOBS[optimizer]
+    names = {"betas" if mom == "beta1" else "momentum"} | ({damp} if damp else set())
+    got = set().union(*(set(c) for c in combos)) - {"nesterov"}
+    if got != names:
+        raise ValueError(f"{optimizer}: tunes {sorted(got)}, the protocol asks for {sorted(names)}")
+    momenta = {(c["betas"][0] if mom == "beta1" else c["momentum"]) for c in combos}
+    if momenta != set(PROTOCOL["momenta"]):
+        raise ValueError(f"{optimizer}: momentum values {sorted(momenta)}, the protocol's are {PROTOCOL['momenta']}")
+    if damp and len({c[damp] for c in combos}) != len(PROTOCOL["damping_spread"]):
+        raise ValueError(f"{optimizer}: {damp} takes {len({c[damp] for c in combos})} values, the protocol "
+                         f"{len(PROTOCOL['damping_spread'])}")
+    if trials != coarse + refine:
+        raise ValueError(f"{optimizer}: {trials} trials ran, the protocol gives every optimizer {coarse} + {refine}")
+
+
+def pilot_lrs(span: Optional[tuple] = None, per_decade: Optional[int] = None) -> np.ndarray:
+    """The pilot's learning rates: ``per_decade`` per decade over ``span``, ends included."""
+    lo, hi = span or PROTOCOL["pilot"]["span"]
+    per = per_decade or PROTOCOL["pilot"]["per_decade"]
+    count = int(round(per * math.log10(hi / lo))) + 1
+    return np.logspace(math.log10(lo), math.log10(hi), count)
+
+
+def pilot(problem, optimizer: str, steps: int, hyper: dict, *, metric: str = "tail_expected_loss",
+          threshold: Optional[float] = None, schedule: Optional[dict] = None, seeds: Optional[Sequence[int]] = None,
+          lrs: Optional[Sequence[float]] = None, range_factor: Optional[float] = None,
+          dtype: torch.dtype = torch.float32, num_threads: Optional[int] = 1) -> dict:
+    """The shared pilot of one optimizer (module docstring, step 0): :func:`pilot_lrs` at
+    ``hyper`` on the pilot seeds, the stability rule, the best rate ``centre`` and the coarse
+    range ``(centre / f, centre * f)``. Raises ``RuntimeError`` if every rate diverges or the
+    best lies at an end of the span (then the span, not a hand, must move)."""
+    seeds = tuple(PROTOCOL["pilot"]["seeds"] if seeds is None else seeds)
+    lrs = np.asarray(pilot_lrs() if lrs is None else lrs, dtype=np.float64)
+    f = PROTOCOL["range_factor"] if range_factor is None else range_factor
+    sc = _stable_median(_run(problem, optimizer, hyper, lrs, steps, seeds, metric, threshold,
+                             dict(dtype=dtype, num_threads=num_threads, schedule=schedule)), axis=0)
+    if not np.isfinite(sc).any():
+        raise RuntimeError(f"{optimizer}: every pilot rate diverged on some pilot seed")
+    best = int(np.argmin(sc))
+    if best in (0, lrs.size - 1):
+        raise RuntimeError(f"{optimizer}: the pilot's best rate {lrs[best]:.3g} is at an end of its span")
+    c = float(lrs[best])
+    return {"lrs": lrs.tolist(), "scores": sc.tolist(), "centre": c, "range": (c / f, c * f), "seeds": list(seeds),
+            "steps": int(steps), "hyper": _jsonable(resolve_hyper(optimizer, hyper)), "range_factor": f}
 
 
 def tail_steps(steps: int) -> int:
@@ -135,11 +269,13 @@ def _jsonable(h: dict) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in h.items()}
 
 
-def trial_grid(knobs, budget: int, lr_range: tuple[float, float]) -> list[Trial]:
+def trial_grid(knobs, budget: int, lr_range: tuple[float, float], scale=None) -> list[Trial]:
     """The ``budget`` trials of one optimizer: every combination of ``knobs`` (name ->
     values) times ``budget // combinations`` learning rates log-spaced over ``lr_range``.
     ``knobs`` may also be a list of the combinations themselves (dicts), for knobs that
     go together (SGD's ``nesterov=True`` only with ``momentum > 0``, Adam's ``betas``).
+
+    ``scale(combo)``, if given, multiplies a combination's rates (:func:`lr_scale`).
 
     Raises ``ValueError`` if that leaves fewer than 3 learning rates per combination (an
     optimum cannot be bracketed by 2 points).
@@ -155,7 +291,7 @@ def trial_grid(knobs, budget: int, lr_range: tuple[float, float]) -> list[Trial]
         raise ValueError(f"a budget of {budget} trials over {len(combos)} knob combinations leaves {per_combo} "
                          "learning rates each; give fewer knob values or a larger budget")
     lrs = np.logspace(np.log10(lo), np.log10(hi), per_combo)
-    return [Trial(combo, float(lr)) for combo in combos for lr in lrs]
+    return [Trial(combo, float(lr) * (1.0 if scale is None else scale(combo))) for combo in combos for lr in lrs]
 
 
 def _combinations(knobs) -> list[dict]:
@@ -275,7 +411,7 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
          tuning_seeds: Sequence[int] = (0, 1, 2, 3, 4), metric: str = "tail_expected_loss",
          threshold: Optional[float] = None, halving: Optional[int] = None, rungs: int = 3,
          schedule: Optional[dict] = None, dtype: torch.dtype = torch.float32,
-         num_threads: Optional[int] = 1) -> Tuned:
+         num_threads: Optional[int] = 1, scale_lrs: bool = False) -> Tuned:
     """Tune ``optimizer`` on ``problem`` with exactly ``coarse + refine`` trials (module docstring).
 
     ``knobs``: hyperparameters to search besides the lr (name -> values, or a list of
@@ -283,7 +419,8 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
     against the optimizer's known hyperparameters before any training). ``halving``:
     ``None`` (every trial runs all ``steps``) or the factor ``eta >= 2`` of successive halving
     over ``rungs >= 2`` rungs. ``schedule``: the learning-rate schedule every trial uses
-    (:mod:`isolab.book.engine.schedules`).
+    (:mod:`isolab.book.engine.schedules`). ``scale_lrs``: each knob setting's rates times
+    :func:`lr_scale` (SGD's momentum; protocol version 3).
     """
     metric_kwargs(metric, steps, threshold)  # validates the metric and its threshold
     if halving is not None and (isinstance(halving, bool) or not isinstance(halving, int) or halving < 2):
@@ -305,7 +442,8 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
     sweep_kw = dict(dtype=dtype, num_threads=num_threads, schedule=schedule)
     lengths = rung_steps(steps, halving, rungs)
     rung_log: list = []
-    trials = trial_grid(combos, coarse, tuple(map(float, lr_range)))
+    scale = (lambda combo: lr_scale(optimizer, combo)) if scale_lrs else None
+    trials = trial_grid(combos, coarse, tuple(map(float, lr_range)), scale)
     cand = [({**fixed, **t.hyper}, t.lr) for t in trials]
     final, latest = _search(problem, optimizer, cand, lengths, tuning_seeds, metric, threshold, halving, sweep_kw,
                             "coarse", rung_log)
@@ -315,9 +453,9 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
         lo, hi = lr_range
         raise RuntimeError(f"{optimizer}: every trial over lr {lo:.3g}..{hi:.3g} diverged on some tuning seed; "
                            "move lr_range")
-    searched = [t.lr for t in trials]
+    searched = [t.lr for t in trials if t.hyper == {k: best[0][k] for k in combos[0]}]  # the winner's knob setting
     if refine:
-        lrs = refine_grid(best[1], [t.lr for t in trials if t.hyper == {k: best[0][k] for k in combos[0]}], refine)
+        lrs = refine_grid(best[1], list(searched), refine)
         cand2 = [(dict(best[0]), lr) for lr in lrs]
         final2, latest2 = _search(problem, optimizer, cand2, lengths, tuning_seeds, metric, threshold, halving,
                                   sweep_kw, "refine", rung_log)
