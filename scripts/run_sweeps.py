@@ -63,7 +63,7 @@ from isolab.book.engine import sweep
 from isolab.book.engine.defaults import library_defaults
 from isolab.book.engine.intervals import median_interval
 from isolab.book.engine.rules_lanes import resolve_hyper
-from isolab.book.engine.tuning import PROTOCOL, knob_grid, metric_kwargs, pilot, scores, tail_steps, tune
+from isolab.book.engine.tuning import PROTOCOL, knob_grid, lr_scale, metric_kwargs, pilot, scores, tail_steps, tune  # noqa: F401
 from isolab.book.problems import DeepLinearRegression
 from isolab.book.results import Results, Sweep, load
 
@@ -212,12 +212,13 @@ def pilots(config: dict, part: str, names=None, directory: Path | None = None, v
 
 def tuned_setting(config: dict, name: str, directory: Path | None = None) -> tuple[dict, float]:
     """``(hyper, lr)`` Figure 4's tuning chose for ``name`` at the ablation's budget."""
-    path = output_path(config, "fig4", directory)
     label = f"fig4/b{config['ablation']['steps']}/{name}"
-    if not path.exists() or label not in load(path).labels:
-        raise FileNotFoundError(f"the ablation starts from {label}: run scripts/run_sweeps.py --part fig4 first")
-    s = load(path)[label]
-    return dict(s.hyper), float(s.lrs[0])
+    path = output_path(config, "fig4", directory)
+    for candidate in (path, path.with_name(path.stem + ".only.npz")):  # the part's file, or an --only run's
+        if candidate.exists() and label in load(candidate).labels:
+            s = load(candidate)[label]
+            return dict(s.hyper), float(s.lrs[0])
+    raise FileNotFoundError(f"the ablation starts from {label}: run scripts/run_sweeps.py --part fig4 first")
 
 
 def jobs(config: dict, part: str, directory: Path | None = None) -> list[dict]:
