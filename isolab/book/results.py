@@ -28,7 +28,8 @@ import numpy as np
 __all__ = ["Sweep", "Results", "save", "load", "plot_sweep", "plot_weight_norm", "plot_loss_curves",
            "OutcomeAgreement", "compare_outcomes", "edge_of_divergence"]
 
-_ARRAYS = ("lrs", "seeds", "loss", "weight_norm", "diverged_at", "hit_at", "threshold", "weights", "expected_loss")
+_ARRAYS = ("lrs", "seeds", "loss", "weight_norm", "diverged_at", "hit_at", "threshold", "weights", "expected_loss",
+           "step_norm")
 _META = ("optimizer", "label", "hyper", "problem", "info")
 
 
@@ -52,6 +53,9 @@ class Sweep:
     #: (S, L, steps+1) the exact expected loss (over the input distribution, not the batch)
     #: at the steps where it was computed, NaN elsewhere; None when not recorded
     expected_loss: Optional[np.ndarray] = None
+    #: (S, L, steps, layers) the Frobenius norm of every update, ``||W_{t+1} - W_t||_F``, per
+    #: layer (NaN after a lane stops); None when not recorded
+    step_norm: Optional[np.ndarray] = None
 
     @property
     def steps(self) -> int:

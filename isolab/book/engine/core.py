@@ -168,6 +168,7 @@ def sweep(
     schedule_steps: Optional[int] = None,
     expected_loss_from: Optional[int] = None,
     threshold_on: str = "loss",
+    record_steps: bool = False,
 ) -> Sweep:
     r"""Train ``problem`` with ``optimizer`` at every learning rate in ``lrs`` (and seed in
     ``seeds``) for ``steps`` iterations, as one batched computation.
@@ -221,6 +222,8 @@ def sweep(
             (``Sweep.expected_loss``; NaN before it and after a lane stops); ``None``: never.
         threshold_on: ``"loss"`` (the batch loss) or ``"expected_loss"`` (needs
             ``expected_loss_from=0``): which loss ``threshold`` and ``hit_at`` refer to.
+        record_steps: record the Frobenius norm of every layer's update,
+            ``||W_{t+1} - W_t||_F`` (``Sweep.step_norm``, ``(seeds, lrs, steps, layers)``).
 
     Returns:
         A :class:`isolab.book.results.Sweep` (losses, weight norms, divergence and threshold
@@ -281,6 +284,7 @@ def sweep(
         lanes = np.arange(N0)  # global ids of the live lanes
         loss_rec = np.full((steps + 1, N0), np.nan)
         norm_rec = np.full((steps + 1, N0, k), np.nan) if record_norms else None
+        step_rec = np.full((steps, N0, k), np.nan) if record_steps else None
         diverged_at = np.full(N0, -1, dtype=np.int64)
         hit_at = np.full(N0, -1, dtype=np.int64)
         thr = np.full(N0, np.nan if threshold is None else float(threshold))
@@ -362,7 +366,10 @@ def sweep(
                 stats = {key: v.index_select(1, keep) for key, v in stats.items()}
                 state = {key: v.index_select(1, keep) for key, v in state.items()}
                 buf = _Buffers(k, lanes.size, r, n, dtype)
+            before = W.clone() if step_rec is not None else None
             rule.apply(W, g, stats, lr if schedule is None else lr * multiplier(schedule, t, horizon), t + 1, state)
+            if step_rec is not None:
+                step_rec[t, lanes] = torch.linalg.matrix_norm(W - before).T.double().numpy()
             bar.update(t + 1, f"{lanes.size}/{N0} lanes")
         if final_W is not None and lanes.size:
             final_W[lanes] = W.transpose(0, 1).mT
@@ -396,4 +403,5 @@ def sweep(
         problem=problem.describe(),
         info=info,
         expected_loss=None if expected_rec is None else per_lane(np.ascontiguousarray(expected_rec.T)),
+        step_norm=None if step_rec is None else per_lane(np.ascontiguousarray(step_rec.transpose(1, 0, 2))),
     )
