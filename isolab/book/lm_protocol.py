@@ -246,17 +246,23 @@ class _Pair:
             o.zero_grad(set_to_none=set_to_none)
 
 
-def build_optimizer(name: str, model: TransformerLM, lr: float, side_lr: Optional[float] = None):
+def build_optimizer(name: str, model: TransformerLM, lr: float, side_lr: Optional[float] = None,
+                    knobs: Optional[dict] = None):
     """The optimizer ``name`` on ``model``: the hidden matrices get ``name`` at ``lr``, the
     embeddings, head and gains Adam (no weight decay) at ``side_lr`` (Muon and the
     :data:`TWO_RATES` forms) or ``lr`` (the others, which have one rate). Every param group carries its peak rate as
-    ``"peak_lr"``, which :func:`run`'s schedule multiplies."""
+    ``"peak_lr"``, which :func:`run`'s schedule multiplies. ``knobs`` replace settings of
+    :data:`FIXED` (the tuned damping or epsilon of protocol version 3)."""
     if name not in FIXED:
         raise ValueError(f"unknown optimizer {name!r}; choose from {OPTIMIZERS + TWO_RATES}")
     two = len(GRIDS[name]) == 2
     if (side_lr is not None) != two:
         raise ValueError(f"{name!r} takes side_lr={'a rate' if two else 'None'}, got {side_lr!r}")
-    h = FIXED[name]
+    h = dict(FIXED[name])
+    for k, v in (knobs or {}).items():
+        if k not in h:
+            raise ValueError(f"{name}: {k!r} is not one of its settings {sorted(h)}")
+        h[k] = v
     groups = split_parameters(model, head=model.head)
     matrices = list(groups["matrix"].values())
     rest = [p for k in ("embedding", "head", "vector") for p in groups[k].values()]
@@ -309,7 +315,7 @@ def data_seed(seed: int) -> int:
 
 def run(name: str, lr: float, side_lr: Optional[float], steps: int, seed: int, model_cfg: LMConfig,
         batch: int, data: LMData, *, score_on: str = "tune", curve_points: int = 0,
-        reference: Optional[torch.Tensor] = None) -> dict:
+        reference: Optional[torch.Tensor] = None, knobs: Optional[dict] = None) -> dict:
     """Train a fresh model (weights from ``seed``, data order from :func:`data_seed`) for
     ``steps`` steps and score it on the ``score_on`` windows (``"tune"`` or ``"test"``).
 
@@ -323,7 +329,7 @@ def run(name: str, lr: float, side_lr: Optional[float], steps: int, seed: int, m
         raise ValueError(f"score_on must be 'tune' or 'test', got {score_on!r}")
     t0 = time.perf_counter()
     model = TransformerLM(model_cfg, seed=seed)
-    opt = build_optimizer(name, model, lr, side_lr)
+    opt = build_optimizer(name, model, lr, side_lr, knobs)
     hooks = getattr(opt, "remove_hooks", None)
     gen = generator(data_seed(seed))
     marks = {round(steps * (k + 1) / curve_points) for k in range(curve_points)} if curve_points else set()
@@ -514,3 +520,100 @@ def heldout(name: str, tuned: dict, seeds: Sequence[int], *, model_cfg: LMConfig
         out.append(run(name, tuned["lr"], tuned["side_lr"], tuned["steps"], s, model_cfg, batch, data,
                        score_on="test", curve_points=curve_points, reference=ref))
     return out
+
+
+# ----------------------------------------------------------------------------- protocol version 3
+#: Chapter 11's share of Part III's protocol (version 3, :data:`isolab.book.engine.tuning.PROTOCOL`),
+#: scaled to what one CPU core affords (the full protocol here would take about 14 hours): one
+#: budget, the two-rate form of every optimizer with the rest's rate (Adam on the embeddings,
+#: head and gains, the same for all four) at 0.1, a shared pilot of the matrices' rate, the
+#: damping or epsilon tuned wherever there is one (the library default and a decade either side),
+#: the momentum of none, the same 9 + 4 trials for everyone, three tuning seeds with the
+#: stability rule, and two sets of five seeds (held-out and fresh) for every verdict.
+V3 = {
+    "budget": 300, "side_lr": 0.1, "names": ("adam2", "isoadam2", "soap2", "muon"),
+    "pilot": {"span": (1e-4, 1e0), "per_decade": 2, "seeds": (0,)}, "range_factor": 6.0,
+    "knobs": {"adam2": ("eps", (1e-9, 1e-8, 1e-7)), "soap2": ("eps", (1e-9, 1e-8, 1e-7)),
+              "isoadam2": ("damping", (1e-4, 1e-3, 1e-2)), "muon": None},
+    "coarse": 9, "refine": 4, "eta": 3, "tuning_seeds": (0, 1, 2),
+    "heldout_seeds": (10, 11, 12, 13, 14), "fresh_seeds": (15, 16, 17, 18, 19),
+}
+
+
+def v3_trials(name: str, centre: float) -> list[tuple[dict, float]]:
+    """The coarse trials of ``name`` around the pilot's ``centre``: ``(knobs, lr)``, the
+    rates log-spaced over ``[centre / f, centre f]``, ``coarse`` in all (an optimizer without
+    a damping or epsilon spends them all on the rate)."""
+    f = V3["range_factor"]
+    spec = V3["knobs"][name]
+    combos = [{}] if spec is None else [{spec[0]: v} for v in spec[1]]
+    per = V3["coarse"] // len(combos)
+    lrs = [centre * f ** (2 * k / (per - 1) - 1) for k in range(per)]
+    return [(c, lr) for c in combos for lr in lrs]
+
+
+def tune_v3(name: str, *, model_cfg: LMConfig, batch: int, data: LMData, pilot_centre: float,
+            log: Optional[Callable[[str], None]] = None) -> dict:
+    """:data:`V3`'s search for ``name``: the coarse trials (:func:`v3_trials`), each first run
+    for a third of the budget on the tuning seeds (median, a divergence on any seed is out),
+    the best third run the whole budget; then ``refine`` rates log-spaced strictly between the
+    coarse winner's neighbours, searched the same way; the best full-budget trial wins. Every
+    trial is recorded; exactly ``coarse + refine`` ran."""
+    steps, side, seeds, eta = V3["budget"], V3["side_lr"], V3["tuning_seeds"], V3["eta"]
+
+    def score(knobs, lr, n):
+        values = [run(name, lr, side, n, s, model_cfg, batch, data, knobs=knobs)["loss"] for s in seeds]
+        return math.inf if not all(math.isfinite(v) for v in values) else _median(values)
+
+    def search(cand, phase):
+        first = [score(k, lr, steps // eta) for k, lr in cand]
+        keep = math.ceil(len(cand) / eta)
+        order = [i for i in sorted(range(len(cand)), key=lambda i: first[i]) if math.isfinite(first[i])]
+        second = {}
+        for i in order:
+            if sum(math.isfinite(v) for v in second.values()) >= keep:
+                break
+            second[i] = score(*cand[i], steps)
+        if log is not None:
+            log(f"{name} {phase}: " + ", ".join(f"{c} {lr:.3g}: {first[i]:.4f}" for i, (c, lr) in enumerate(cand)))
+        return {"phase": phase, "trials": [[c, lr] for c, lr in cand], "rung1": first,
+                "rung2": {str(i): v for i, v in second.items()}}
+
+    coarse = search(v3_trials(name, pilot_centre), "coarse")
+    finite = {int(i): v for i, v in coarse["rung2"].items() if math.isfinite(v)}
+    if not finite:
+        raise RuntimeError(f"{name}: every promoted coarse trial diverged")
+    win = min(finite, key=lambda i: finite[i])
+    knobs, lr = coarse["trials"][win]
+    same = sorted(t[1] for t in coarse["trials"] if t[0] == knobs)
+    step = math.log(same[1] / same[0])
+    grid = [lr * math.exp(step * (2 * k / (V3["refine"] + 1) - 1)) for k in range(1, V3["refine"] + 1)]
+    refine = search([(knobs, x) for x in grid], "refine")
+    full = [(v, s, int(i)) for s in (coarse, refine) for i, v in s["rung2"].items() if math.isfinite(v)]
+    v, s, i = min(full, key=lambda x: (x[0], x[1]["phase"] == "coarse"))
+    chosen_knobs, chosen_lr = s["trials"][i]
+    searched = same + grid
+    return {"optimizer": name, "steps": steps, "lr": chosen_lr, "side_lr": side, "knobs": chosen_knobs,
+            "tuning_loss": v, "interior": min(searched) < chosen_lr < max(searched),
+            "knob_interior": V3["knobs"][name] is None or (chosen_knobs[V3["knobs"][name][0]] not in
+                                                          (V3["knobs"][name][1][0], V3["knobs"][name][1][-1])),
+            "searches": [coarse, refine], "trials_run": len(coarse["trials"]) + len(refine["trials"]),
+            "tuning_seeds": list(seeds), "eta": eta}
+
+
+def pilot_v3(name: str, *, model_cfg: LMConfig, batch: int, data: LMData) -> dict:
+    """The shared pilot of :data:`V3`: the matrices' rate over ``span`` (``per_decade`` a
+    decade), the rest's at ``side_lr``, the library's other defaults, the whole budget on the
+    pilot seeds; the best stable rate is the centre (an end of the span raises)."""
+    lo, hi = V3["pilot"]["span"]
+    count = int(round(V3["pilot"]["per_decade"] * math.log10(hi / lo))) + 1
+    lrs = [lo * (hi / lo) ** (k / (count - 1)) for k in range(count)]
+    losses = []
+    for lr in lrs:
+        values = [run(name, lr, V3["side_lr"], V3["budget"], s, model_cfg, batch, data)["loss"]
+                  for s in V3["pilot"]["seeds"]]
+        losses.append(math.inf if not all(math.isfinite(v) for v in values) else _median(values))
+    best = min(range(count), key=lambda i: losses[i])
+    if best in (0, count - 1):
+        raise RuntimeError(f"{name}: the pilot's best rate {lrs[best]:.3g} is at an end of its span")
+    return {"lrs": lrs, "losses": losses, "centre": lrs[best]}
