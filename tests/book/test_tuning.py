@@ -284,3 +284,74 @@ def test_tune_lr_searches_any_run_with_the_same_trials_and_the_stability_rule():
     assert all(s == math.inf for lr, s in out["trials"] if lr > 0.05)
     with pytest.raises(RuntimeError, match="diverged on some tuning seed"):
         tune_lr(lambda lr, seed: math.inf, coarse=3, refine=0, lr_range=(1e-3, 1e-1))
+
+
+# ----------------------------------------------------------------------------- protocol version 3
+def test_the_protocol_page_states_the_protocol_the_code_enforces():
+    """book/protocol.md and isolab.book.engine.tuning.PROTOCOL say the same thing."""
+    from pathlib import Path
+
+    from isolab.book.engine.tuning import PROTOCOL, TUNED_KNOBS
+
+    page = (Path(__file__).resolve().parents[2] / "book" / "protocol.md").read_text()
+    assert "version 3" in page and PROTOCOL["version"] == 3
+    assert f"{PROTOCOL['coarse']} + {PROTOCOL['refine']}" in page
+    assert r"[c/6,\,6c]" in page and PROTOCOL["range_factor"] == 6.0
+    assert r"from $10^{-6}$ to $10$" in page and PROTOCOL["pilot"]["span"] == (1e-6, 1e1)
+    assert "two learning rates per decade" in page and PROTOCOL["pilot"]["per_decade"] == 2
+    assert r"$\{0, 0.9, 0.95\}$" in page and PROTOCOL["momenta"] == (0.0, 0.9, 0.95)
+    assert r"$\times\{0.1, 1, 10\}$" in page and PROTOCOL["damping_spread"] == (0.1, 1.0, 10.0)
+    assert "five\ntuning seeds" in page or "five tuning seeds" in page.replace("\n", " ")
+    assert len(PROTOCOL["tuning_seeds"]) == 5 and len(PROTOCOL["heldout_seeds"]) == len(PROTOCOL["fresh_seeds"]) == 20
+    assert "No minimum effect" in page or "no minimum effect" in page.replace("\n", " ")
+    assert PROTOCOL["min_effect"] == 0.0
+    # the knob table: one row per optimizer, the damping column filled exactly where the code tunes one
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in page.splitlines()
+            if line.startswith("| ") and line.count("|") == 4}
+    names = {"SGD": "sgd", "SignSGD": "signsgd", "Adam": "adam", "Muon": "muon", "SOAP": "soap",
+             "Shampoo (2018)": "shampoo", "Shampoo, grafted": "shampoo_graft", "K-FAC": "kfac", "Iso": "iso",
+             "IsoAdam": "isoadam"}
+    for label, name in names.items():
+        assert (rows[label] != "—") == (TUNED_KNOBS[name][1] is not None), label
+
+
+def test_knob_grids_tune_every_knob_and_sgd_rates_scale_with_its_momentum():
+    from isolab.book.engine.defaults import library_defaults
+    from isolab.book.engine.tuning import PROTOCOL, TUNED_KNOBS, check_entry, knob_grid, lr_scale, trial_grid
+
+    for name in TUNED_KNOBS:
+        base = {**DEFAULTS[name], **library_defaults(name)}
+        combos = knob_grid(name, base)
+        check_entry(name, combos, PROTOCOL["coarse"] + PROTOCOL["refine"])
+        assert len(combos) in (3, 9) and PROTOCOL["coarse"] % len(combos) == 0
+    with pytest.raises(ValueError, match="tunes"):
+        check_entry("iso", [{"momentum": m} for m in PROTOCOL["momenta"]], 66)
+    with pytest.raises(ValueError, match="trials ran"):
+        check_entry("muon", knob_grid("muon", DEFAULTS["muon"]), 48)
+    grid = trial_grid(knob_grid("sgd", DEFAULTS["sgd"]), 9, (1.0, 4.0), lambda c: lr_scale("sgd", c))
+    assert [t.lr for t in grid if t.hyper["momentum"] == 0.9] == pytest.approx([0.1, 0.2, 0.4])
+    assert lr_scale("iso", {"momentum": 0.9}) == 1.0
+
+
+def test_verdicts_rank_only_where_every_set_agrees_and_thresholds_respect_the_grid():
+    from isolab.book.engine.intervals import Interval, against_threshold, ranked
+
+    def iv(lo, hi):
+        return Interval((lo + hi) / 2, lo, hi, 0.959, (6, 15), 20)
+
+    assert ranked([iv(-0.3, -0.1), iv(-0.2, -0.01)]) == "ahead"
+    assert ranked([iv(0.1, 0.3), iv(0.05, 0.2)]) == "behind"
+    assert ranked([iv(-0.3, -0.1), iv(-0.2, 0.01)]) == "unresolved"   # one set straddles zero
+    assert ranked([iv(-0.3, -0.1), iv(0.1, 0.2)]) == "unresolved"     # the sets disagree
+    assert against_threshold(2.34, 2.0, 1.23) == "unresolved"          # within one grid step of x2
+    assert against_threshold(3.0, 2.0, 1.23) == "fails" and against_threshold(1.2, 2.0, 1.23) == "holds"
+
+
+def test_a_schedule_may_end_at_a_floor():
+    plain = {"warmup": 0.05, "decay": "cosine"}
+    assert multipliers({**plain, "floor": 0.0}, 50) == multipliers(plain, 50)   # bitwise
+    assert multipliers({**plain, "floor": 1.0}, 40)[2:] == [1.0] * 38
+    m = multipliers({**plain, "floor": 0.2}, 100)
+    assert min(m[5:]) > 0.2 and m[-1] == pytest.approx(0.2, abs=1e-3)
+    with pytest.raises(ValueError, match="floor"):
+        check_schedule({**plain, "floor": 1.5})
