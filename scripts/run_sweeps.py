@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-r"""The paper's Figures 3 and 4 and the reading ablation of Iso, under Part III's tuning protocol (version 3).
+r"""The paper's Figures 3 and 4 and the reading ablation of Iso, under Part III's tuning protocol (version 3.1).
 
 Chapter 10 loads what this script saves: one file per part, so that a partial run is useful,
 
 - ``results/protocol_pilot.json``: the shared pilot of every optimizer of Figures 3 and 4
-  (:func:`isolab.book.engine.tuning.pilot`), which centres its learning-rate range;
+  at each of its momentum values (:func:`isolab.book.engine.tuning.pilot`), which centres
+  the learning-rate range of the knob settings with that momentum;
 - ``results/protocol_fig3.npz``: Figure 3, 5 layers, *iterations until the exact expected
   loss falls to 1 % of its initial value* (at most ``steps`` iterations, constant rate: a
   time-to-target race has no budget to schedule for);
@@ -63,7 +64,8 @@ from isolab.book.engine import sweep
 from isolab.book.engine.defaults import library_defaults
 from isolab.book.engine.intervals import median_interval
 from isolab.book.engine.rules_lanes import resolve_hyper
-from isolab.book.engine.tuning import PROTOCOL, knob_grid, lr_scale, metric_kwargs, pilot, scores, tail_steps, tune  # noqa: F401
+from isolab.book.engine.tuning import (PROTOCOL, knob_grid, lr_scale, metric_kwargs, momentum_of,  # noqa: F401
+                                       pilot, scores, tail_steps, tune, with_momentum)
 from isolab.book.problems import DeepLinearRegression
 from isolab.book.results import Results, Sweep, load
 
@@ -176,38 +178,41 @@ def pilot_path(config: dict, directory: Path | None = None) -> Path:
 
 
 def pilots(config: dict, part: str, names=None, directory: Path | None = None, verbose: bool = True) -> dict:
-    """``{optimizer: pilot}`` of ``part`` (``fig3`` or ``fig4``): loaded from :func:`pilot_path`
+    """``{optimizer: {momentum: pilot}}`` of ``part`` (``fig3`` or ``fig4``): each momentum
+    value of the protocol at the library's other defaults, loaded from :func:`pilot_path`
     where saved with the same configuration, else run now (each saved as it finishes)."""
     path = pilot_path(config, directory)
     saved = json.loads(path.read_text()) if path.exists() else {}
     p = config[part]
-    key = json.dumps(_json({"config": config["pilot"], "n": config["n"], "batch": config["batch"], "part": p}),
-                     sort_keys=True)
+    key = json.dumps(_json({"config": config["pilot"], "n": config["n"], "batch": config["batch"], "part": p,
+                            "momenta": PROTOCOL["momenta"], "version": PROTOCOL["version"]}), sort_keys=True)
     mine = saved.setdefault(part, {})
     if mine.get("key") != key:
         mine.clear()
         mine["key"] = key
     entries = mine.setdefault("entries", {})
+    cfg = config["pilot"]
+    lo, hi = cfg["span"]
+    count = int(round(cfg["per_decade"] * np.log10(hi / lo))) + 1
     for name in names or p["optimizers"]:
-        if name in entries:
-            continue
-        t0, c0 = time.perf_counter(), time.process_time()
-        cfg = config["pilot"]
-        lo, hi = cfg["span"]
-        count = int(round(cfg["per_decade"] * np.log10(hi / lo))) + 1
-        out = pilot(problem_for(config, part), name, p["pilot_steps"], base(name), metric=p["metric"],
-                    threshold=p["threshold"], schedule=p["schedule"], seeds=cfg["seeds"],
-                    lrs=np.logspace(np.log10(lo), np.log10(hi), count), range_factor=cfg["range_factor"],
-                    dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"])
-        out["seconds"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
-        entries[name] = _json(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".partial.json")
-        tmp.write_text(json.dumps(saved, indent=1))
-        tmp.replace(path)
-        log(f"pilot {part}/{name}: centre {out['centre']:.3g}, range {out['range'][0]:.3g}..{out['range'][1]:.3g} "
-            f"({out['seconds']['cpu']:.0f} s cpu)", verbose)
-    return {n: entries[n] for n in (names or p["optimizers"])}
+        done = entries.setdefault(name, {})
+        for mu in PROTOCOL["momenta"]:
+            if str(mu) in done:
+                continue
+            t0, c0 = time.perf_counter(), time.process_time()
+            out = pilot(problem_for(config, part), name, p["pilot_steps"], with_momentum(name, base(name), mu),
+                        metric=p["metric"], threshold=p["threshold"], schedule=p["schedule"], seeds=cfg["seeds"],
+                        lrs=np.logspace(np.log10(lo), np.log10(hi), count), range_factor=cfg["range_factor"],
+                        dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"])
+            out["seconds"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
+            done[str(mu)] = _json(out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.stem + ".partial.json")
+            tmp.write_text(json.dumps(saved, indent=1))
+            tmp.replace(path)
+            log(f"pilot {part}/{name} momentum {mu:g}: centre {out['centre']:.3g} ({out['seconds']['cpu']:.0f} s cpu)",
+                verbose)
+    return {n: {float(mu): v for mu, v in entries[n].items()} for n in (names or p["optimizers"])}
 
 
 def tuned_setting(config: dict, name: str, directory: Path | None = None) -> tuple[dict, float]:
@@ -250,7 +255,10 @@ def resolve_job(config: dict, part: str, job: dict, directory: Path | None = Non
     job = dict(job)
     if part in ("fig3", "fig4"):
         pl = pilots(config, part, [job["optimizer"]], directory, verbose)[job["optimizer"]]
-        job["lr_range"], job["pilot"] = tuple(pl["range"]), pl
+        first = min(pl)
+        job["lr_range"] = tuple(pl[first]["range"])
+        job["pilot"] = {"centres": {mu: v["centre"] for mu, v in pl.items()}, "first": first,
+                        "pilots": {mu: {k: v[k] for k in ("lrs", "scores", "centre", "range")} for mu, v in pl.items()}}
     else:
         hyper, lr = tuned_setting(config, job["optimizer"], directory)
         f = config[part]["range_factor"]
@@ -325,7 +333,8 @@ def run_entry(config: dict, part: str, job: dict) -> Sweep:
                  tuning_seeds=tuple(config["tuning_seeds"]), metric=p["metric"], threshold=p["threshold"],
                  halving=halving_of(config, part), rungs=_setting(config, part, "rungs"), schedule=p["schedule"],
                  dtype=getattr(torch, config["dtype"]), num_threads=config["num_threads"],
-                 scale_lrs=part != "ablation")
+                 scale=None if part == "ablation" else
+                 (lambda combo: lr_scale(job["optimizer"], combo, job["pilot"]["centres"])))
     t1, c1 = time.perf_counter(), time.process_time()
     s = heldout_run(config, part, job["label"], job["optimizer"], tuned.hyper, tuned.lr, job["steps"],
                     config["heldout_seeds"])
@@ -348,7 +357,7 @@ def run_entry(config: dict, part: str, job: dict) -> Sweep:
         entry=_json({"knobs": job["knobs"], "fixed": job["fixed"], "lr_range": job["lr_range"],
                      "coarse": job["coarse"], "refine": job["refine"], "steps": job["steps"],
                      "schedule": p["schedule"], "change": job.get("change"),
-                     "pilot": {k: v for k, v in (job.get("pilot") or {}).items() if k != "hyper"} or None}),
+                     "pilot": job.get("pilot")}),
         seconds={"tuning": t1 - t0, "heldout": t2 - t1, "fresh": t3 - t2, "tuning_cpu": c1 - c0,
                  "heldout_cpu": c2 - c1, "fresh_cpu": c3 - c2},
     )

@@ -1,4 +1,4 @@
-"""scripts/run_sweeps.py: Figures 3 and 4 and the reading ablation under Part III's protocol (v3).
+"""scripts/run_sweeps.py: Figures 3 and 4 and the reading ablation under Part III's protocol (v3.1).
 
 - the saved results (``results/protocol_*.npz``, full and reduced) follow the protocol:
   every entry ran exactly ``coarse + refine`` configurations (counted from its trial log),
@@ -127,11 +127,12 @@ def test_saved_results_follow_the_protocol(name, part):
                 assert s.hyper[k] == _plain(v), (s.label, k)
                 if k in lib and k not in rs.DEVIATIONS:
                     assert _plain(v) == _plain(lib[k]), (s.label, k, v, lib[k])
-            # the range is the shared pilot's, centred on its best stable rate
-            pl = e["pilot"]
-            assert pl["range"] == e["lr_range"] and pl["centre"] in pl["lrs"]
-            assert np.isclose(pl["range"][1] / pl["range"][0], config["pilot"]["range_factor"] ** 2)
-            assert pl["scores"][pl["lrs"].index(pl["centre"])] == min(pl["scores"])
+            # each momentum's range is its own pilot's, centred on its best stable rate
+            pilots = {float(k): v for k, v in e["pilot"]["pilots"].items()}
+            assert sorted(pilots) == list(PROTOCOL["momenta"]) and pilots[min(pilots)]["range"] == e["lr_range"]
+            for pl in pilots.values():
+                assert pl["centre"] in pl["lrs"] and pl["scores"][pl["lrs"].index(pl["centre"])] == min(pl["scores"])
+                assert np.isclose(pl["range"][1] / pl["range"][0], config["pilot"]["range_factor"] ** 2)
         else:
             for k, v in e["fixed"].items():
                 assert s.hyper[k] == _plain(v), (s.label, k)
@@ -169,7 +170,7 @@ def test_saved_results_follow_the_protocol(name, part):
         assert t["interior"] == (min(searched) < t["lr"] < max(searched))
         # the run is described
         assert run["command"].startswith("python scripts/run_sweeps.py") and run["part"] == part
-        assert run["config"]["heldout_seeds"] == config["heldout_seeds"] and run["config"]["protocol"] == PROTOCOL["version"] == 3
+        assert run["config"]["heldout_seeds"] == config["heldout_seeds"] and run["config"]["protocol"] == PROTOCOL["version"] == 3.1
         for key in ("torch", "numpy", "cpu", "git_commit"):
             assert key in run["environment"]
         assert run["wall_seconds"] > 0
@@ -328,7 +329,12 @@ def test_reduced_configuration_end_to_end_reaches_its_references_conclusions(tmp
             lo, hi = r.info["entry"]["lr_range"]
             per_combo = t["coarse"] // len(_combos(r.info["entry"]["knobs"]) or [{}])
             step = math.log(hi / lo) / max(1, per_combo - 1)
-            scale = [rs.lr_scale(s.optimizer, x) for x in (t["hyper"], u["hyper"])] if part != "ablation" else [1, 1]
+            def scale_of(entry, hyper):
+                if part == "ablation":
+                    return 1.0
+                centres = {float(k): v for k, v in entry.info["entry"]["pilot"]["centres"].items()}
+                return rs.lr_scale(entry.optimizer, hyper, centres)
+            scale = [scale_of(s, t["hyper"]), scale_of(r, u["hyper"])]
             assert abs(math.log(t["lr"] / scale[0] / (u["lr"] / scale[1]))) <= step + 1e-9, (s.label, t["lr"], u["lr"])
             assert r.info["heldout"]["low"] <= s.info["heldout"]["median"] <= r.info["heldout"]["high"], s.label
             assert s.info["run"]["command"].startswith("python scripts/run_sweeps.py --reduced")

@@ -293,12 +293,14 @@ def test_the_protocol_page_states_the_protocol_the_code_enforces():
 
     from isolab.book.engine.tuning import PROTOCOL, TUNED_KNOBS
 
-    page = (Path(__file__).resolve().parents[2] / "book" / "protocol.md").read_text()
-    assert "version 3" in page and PROTOCOL["version"] == 3
+    text = (Path(__file__).resolve().parents[2] / "book" / "protocol.md").read_text()
+    page = text.replace("\n", " ")
+    assert "version 3.1" in page and PROTOCOL["version"] == 3.1
     assert f"{PROTOCOL['coarse']} + {PROTOCOL['refine']}" in page
     assert r"[c/6,\,6c]" in page and PROTOCOL["range_factor"] == 6.0
     assert r"from $10^{-6}$ to $10$" in page and PROTOCOL["pilot"]["span"] == (1e-6, 1e1)
     assert "two learning rates per decade" in page and PROTOCOL["pilot"]["per_decade"] == 2
+    assert "at each of its momentum values" in page.replace("\n", " ") and PROTOCOL["pilot"]["per_momentum"]
     assert r"$\{0, 0.9, 0.95\}$" in page and PROTOCOL["momenta"] == (0.0, 0.9, 0.95)
     assert r"$\times\{0.1, 1, 10\}$" in page and PROTOCOL["damping_spread"] == (0.1, 1.0, 10.0)
     assert "five\ntuning seeds" in page or "five tuning seeds" in page.replace("\n", " ")
@@ -306,7 +308,7 @@ def test_the_protocol_page_states_the_protocol_the_code_enforces():
     assert "No minimum effect" in page or "no minimum effect" in page.replace("\n", " ")
     assert PROTOCOL["min_effect"] == 0.0
     # the knob table: one row per optimizer, the damping column filled exactly where the code tunes one
-    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in page.splitlines()
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in text.splitlines()
             if line.startswith("| ") and line.count("|") == 4}
     names = {"SGD": "sgd", "SignSGD": "signsgd", "Adam": "adam", "Muon": "muon", "SOAP": "soap",
              "Shampoo (2018)": "shampoo", "Shampoo, grafted": "shampoo_graft", "K-FAC": "kfac", "Iso": "iso",
@@ -315,9 +317,10 @@ def test_the_protocol_page_states_the_protocol_the_code_enforces():
         assert (rows[label] != "—") == (TUNED_KNOBS[name][1] is not None), label
 
 
-def test_knob_grids_tune_every_knob_and_sgd_rates_scale_with_its_momentum():
+def test_knob_grids_tune_every_knob_and_each_momentum_takes_its_pilots_range():
     from isolab.book.engine.defaults import library_defaults
-    from isolab.book.engine.tuning import PROTOCOL, TUNED_KNOBS, check_entry, knob_grid, lr_scale, trial_grid
+    from isolab.book.engine.tuning import (PROTOCOL, TUNED_KNOBS, check_entry, knob_grid, lr_scale, momentum_of,
+                                           trial_grid, with_momentum)
 
     for name in TUNED_KNOBS:
         base = {**DEFAULTS[name], **library_defaults(name)}
@@ -328,9 +331,13 @@ def test_knob_grids_tune_every_knob_and_sgd_rates_scale_with_its_momentum():
         check_entry("iso", [{"momentum": m} for m in PROTOCOL["momenta"]], 66)
     with pytest.raises(ValueError, match="trials ran"):
         check_entry("muon", knob_grid("muon", DEFAULTS["muon"]), 48)
-    grid = trial_grid(knob_grid("sgd", DEFAULTS["sgd"]), 9, (1.0, 4.0), lambda c: lr_scale("sgd", c))
+    centres = {0.0: 0.1, 0.9: 0.01, 0.95: 0.005}                # each momentum's pilot centre
+    grid = trial_grid(knob_grid("sgd", DEFAULTS["sgd"]), 9, (1.0, 4.0), lambda c: lr_scale("sgd", c, centres))
     assert [t.lr for t in grid if t.hyper["momentum"] == 0.9] == pytest.approx([0.1, 0.2, 0.4])
-    assert lr_scale("iso", {"momentum": 0.9}) == 1.0
+    assert lr_scale("iso", {"momentum": 0.9}) == 1.0                 # no pilots: no scaling
+    assert momentum_of("adam", {"betas": (0.95, 0.999)}) == 0.95
+    assert with_momentum("sgd", DEFAULTS["sgd"], 0.9)["nesterov"] and not with_momentum("sgd", DEFAULTS["sgd"], 0.0)["nesterov"]
+    assert with_momentum("isoadam", DEFAULTS["isoadam"], 0.0)["betas"] == (0.0, DEFAULTS["isoadam"]["betas"][1])
 
 
 def test_verdicts_rank_only_where_every_set_agrees_and_thresholds_respect_the_grid():

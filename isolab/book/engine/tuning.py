@@ -1,4 +1,4 @@
-r"""The tuning protocol of Part III (version 3): one pilot for everyone, the same trials for
+r"""The tuning protocol of Part III (version 3.1): one pilot for everyone, the same trials for
 every optimizer, every knob its authors tune tuned for all, choices on five tuning seeds
 under a stability rule, verdicts on held-out seeds and again on fresh ones.
 
@@ -7,20 +7,21 @@ governs, and stated in words on the book's protocol page (``book/protocol.md``).
 III experiment follows it:
 
 0. **A shared pilot centres every range the same way** (:func:`pilot`). Each optimizer, at
-   its library defaults, runs ``per_decade`` learning rates per decade over one span for all
-   (``1e-6 .. 1e1``) on the pilot seeds (two of the tuning seeds), at the full budget; its
-   best stable rate ``c`` centres the coarse range ``[c / f, c f]`` with the same ``f`` for
-   everyone (:data:`PROTOCOL` ``["range_factor"]``). No range is set by hand.
+   its library defaults and at each of its momentum values (:func:`with_momentum`), runs
+   ``per_decade`` learning rates per decade over one span for all (``1e-6 .. 1e1``) on the
+   pilot seeds (two of the tuning seeds), at the full budget; the best stable rate ``c`` of
+   a momentum value centres the coarse range ``[c / f, c f]`` of every knob setting with that
+   momentum, with the same ``f`` for everyone (:data:`PROTOCOL` ``["range_factor"]``). No
+   range is set by hand. (Version 3.0 ran the pilot at the default momentum only; on Figure
+   4, Muon's choice at momentum 0 then fell on the edge of its range, its best rate lying
+   far above the pilot's centre at 0.95. Version 3.1 replaced it before any result was kept.)
 1. **The same trials, counted as run.** Each optimizer runs exactly ``coarse + refine``
    configurations. Its knobs other than the learning rate span a product grid built by one
    rule (:func:`knob_grid`): the momentum over ``{0, 0.9, 0.95}`` for every optimizer (Adam's
    family through :math:`\beta_1`), and the damping or :math:`\epsilon` over its library
    default and a decade either side wherever there is one (:data:`TUNED_KNOBS`). The
    *coarse* phase gives each knob setting ``coarse // (size of that grid)`` log-spaced rates
-   over the range (SGD's heavy-ball momentum multiplies its steady step by
-   :math:`1/(1-\mu)`, so its rates for momentum :math:`\mu` are the range times
-   :math:`1-\mu`; every other momentum is an average and leaves the step's size alone); the
-   *refine* phase spends ``refine`` more trials on the learning rate of the coarse winner's
+   over its momentum's range; the *refine* phase spends ``refine`` more trials on the learning rate of the coarse winner's
    knob setting, log-spaced strictly between its two coarse neighbours. No grid is ever
    moved or rerun: the count every optimizer gets is the count it ran
    (:func:`check_entry` checks a saved entry).
@@ -70,7 +71,7 @@ from .rules_lanes import resolve_hyper
 
 __all__ = ["Trial", "Tuned", "trial_grid", "rung_steps", "scores", "tune", "evaluate",
            "refine_grid", "metric_kwargs", "tail_steps", "METRICS", "tune_lr", "PROTOCOL", "TUNED_KNOBS",
-           "knob_grid", "lr_scale", "pilot", "pilot_lrs", "check_entry"]
+           "knob_grid", "lr_scale", "momentum_of", "with_momentum", "pilot", "pilot_lrs", "check_entry"]
 
 METRICS = ("tail_expected_loss", "iterations_expected", "final_loss", "iterations")
 #: The fraction of the steps the tail metric averages over.
@@ -79,10 +80,10 @@ TAIL = 0.1
 
 #: Part III's protocol, version 3: written down before the runs it governs.
 PROTOCOL = {
-    "version": 3,
+    "version": 3.1,
     "momenta": (0.0, 0.9, 0.95),           # every optimizer's momentum (Adam's family: beta1)
     "damping_spread": (0.1, 1.0, 10.0),    # damping or eps: the library default and a decade either side
-    "pilot": {"span": (1e-6, 1e1), "per_decade": 2, "seeds": (0, 1)},
+    "pilot": {"span": (1e-6, 1e1), "per_decade": 2, "seeds": (0, 1), "per_momentum": True},
     "range_factor": 6.0,                   # coarse range [c/6, 6c] around the pilot's best rate c
     "coarse": 54, "refine": 12, "halving": 4, "rungs": 3,
     "tuning_seeds": (0, 1, 2, 3, 4),
@@ -130,12 +131,33 @@ def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def lr_scale(optimizer: str, combo: dict) -> float:
-    """The factor on a knob setting's learning rates: ``1 - momentum`` for SGD's heavy-ball
-    momentum (its steady step is ``lr / (1 - momentum)`` times the gradient), else 1."""
-    if optimizer == "sgd":
-        return 1.0 - float(combo.get("momentum", 0.0))
-    return 1.0
+def momentum_of(optimizer: str, combo: dict) -> float:
+    """The momentum value of a knob setting (Adam's family: ``betas[0]``)."""
+    mom, _ = TUNED_KNOBS[optimizer]
+    return float(tuple(combo["betas"])[0] if mom == "beta1" else combo["momentum"])
+
+
+def with_momentum(optimizer: str, base: dict, mu: float) -> dict:
+    """``base`` with its momentum knob set to ``mu`` (SGD: Nesterov's form when ``mu > 0``):
+    the setting a momentum value's pilot runs."""
+    mom, _ = TUNED_KNOBS[optimizer]
+    out = dict(base)
+    if mom == "beta1":
+        out["betas"] = (mu, tuple(base["betas"])[1])
+    else:
+        out["momentum"] = mu
+        if optimizer == "sgd":
+            out["nesterov"] = mu > 0
+    return out
+
+
+def lr_scale(optimizer: str, combo: dict, centres: Optional[Mapping] = None) -> float:
+    """The factor on a knob setting's learning rates: its momentum's pilot centre over the
+    first momentum's (``centres``: momentum -> pilot centre); 1 without pilots."""
+    if not centres:
+        return 1.0
+    first = centres[min(centres)]
+    return float(centres[momentum_of(optimizer, combo)] / first)
 
 
 def check_entry(optimizer: str, knobs, trials: int, coarse: Optional[int] = None,
@@ -411,7 +433,7 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
          tuning_seeds: Sequence[int] = (0, 1, 2, 3, 4), metric: str = "tail_expected_loss",
          threshold: Optional[float] = None, halving: Optional[int] = None, rungs: int = 3,
          schedule: Optional[dict] = None, dtype: torch.dtype = torch.float32,
-         num_threads: Optional[int] = 1, scale_lrs: bool = False) -> Tuned:
+         num_threads: Optional[int] = 1, scale=None) -> Tuned:
     """Tune ``optimizer`` on ``problem`` with exactly ``coarse + refine`` trials (module docstring).
 
     ``knobs``: hyperparameters to search besides the lr (name -> values, or a list of
@@ -419,8 +441,8 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
     against the optimizer's known hyperparameters before any training). ``halving``:
     ``None`` (every trial runs all ``steps``) or the factor ``eta >= 2`` of successive halving
     over ``rungs >= 2`` rungs. ``schedule``: the learning-rate schedule every trial uses
-    (:mod:`isolab.book.engine.schedules`). ``scale_lrs``: each knob setting's rates times
-    :func:`lr_scale` (SGD's momentum; protocol version 3).
+    (:mod:`isolab.book.engine.schedules`). ``scale``: ``scale(combo)`` multiplies a knob
+    setting's coarse rates (:func:`lr_scale`: each momentum's own pilot, protocol 3.1).
     """
     metric_kwargs(metric, steps, threshold)  # validates the metric and its threshold
     if halving is not None and (isinstance(halving, bool) or not isinstance(halving, int) or halving < 2):
@@ -442,7 +464,6 @@ def tune(problem, optimizer: str, steps: int, *, coarse: int, refine: int, lr_ra
     sweep_kw = dict(dtype=dtype, num_threads=num_threads, schedule=schedule)
     lengths = rung_steps(steps, halving, rungs)
     rung_log: list = []
-    scale = (lambda combo: lr_scale(optimizer, combo)) if scale_lrs else None
     trials = trial_grid(combos, coarse, tuple(map(float, lr_range)), scale)
     cand = [({**fixed, **t.hyper}, t.lr) for t in trials]
     final, latest = _search(problem, optimizer, cand, lengths, tuning_seeds, metric, threshold, halving, sweep_kw,

@@ -177,14 +177,16 @@ def knob_edges(summary: Mapping) -> dict:
 
 
 def range_positions(summary: Mapping) -> dict:
-    """``{name: position}``: where each chosen rate sits in its searched range, from 0 (the
-    low end) to 1 (the high end), on the log scale, after SGD's momentum scaling."""
+    """``{name: position}``: where each chosen rate sits in the coarse range of its momentum
+    (centred by that momentum's pilot), from 0 (the low end) to 1 (the high end), on the log
+    scale."""
     from isolab.book.engine.tuning import lr_scale
 
     out = {}
     for n, s in summary.items():
         lo, hi = s["lr_range"]
-        lr = s["lr"] / lr_scale(s["optimizer"], s["hyper"])
+        centres = {float(k): v for k, v in s["pilot"]["centres"].items()}
+        lr = s["lr"] / lr_scale(s["optimizer"], s["hyper"], centres)
         out[n] = math.log(lr / lo) / math.log(hi / lo)
     return out
 
@@ -198,8 +200,9 @@ def trials_lines(summary: Mapping, names=label) -> str:
     for n, s in summary.items():
         t = s["sweep"].info["tuned"]
         combos = len(s["knobs"])
+        centres = "/".join(f"{v:.2g}" for _, v in sorted((float(k), v) for k, v in s["pilot"]["centres"].items()))
         lines.append(f"{names(n):{width}s}  {combos} × {t['coarse'] // combos:2d} + {t['refine']} = {s['trials']} "
-                     f"trials; pilot centre {s['pilot']['centre']:.2g}; choice at {pos[n]:.2f} of the range")
+                     f"trials; pilot centres {centres}; choice at {pos[n]:.2f} of its range")
     return "\n".join(lines)
 
 
