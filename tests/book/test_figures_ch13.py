@@ -38,15 +38,28 @@ def test_hero_is_a_figure_with_readable_text():
 
 def test_explorable_keeps_its_promises_over_the_whole_grid():
     explorable = ch13.cost_bill()
-    assert explorable.main_slider.name == "world"
+    assert explorable.main_slider.name == "b"
     assert len(explorable.main_slider.values) >= MIN_MAIN_VALUES
     assert explorable.promises
     for promise in explorable.promises:
         assert promise.text in explorable.caption
     assert not explorable.broken_promises()
+    assert not explorable.clipped_text_over_grid()
 
 
-def test_explorable_w_slider_moves_the_roots_and_not_the_statistics():
+def test_explorable_b_slider_dilutes_the_roots_and_their_application_not_the_statistics():
+    """What the promises mean: over the slider's 2^10 .. 2^18 rows the roots and their
+    application fall by exactly 256 (a cost per step that does not grow with b), the
+    statistics not at all; TF32 divides the statistics' modelled time by 495/67."""
+    lo, hi = (ch13.parts_of(b, 10, "float32", True) for b in (ch13.ROWS[0], ch13.ROWS[-1]))
+    for part in ("roots", "apply roots"):
+        assert lo["Iso, eigh", part] / hi["Iso, eigh", part] == pytest.approx(256, rel=1e-12)
+    assert lo["Iso, eigh", "statistics"] == hi["Iso, eigh", "statistics"]
+    tf = ch13.parts_of(ch13.ROWS[0], 10, "TF32", True)
+    assert lo["Iso, eigh", "statistics"] / tf["Iso, eigh", "statistics"] == pytest.approx(494.7 / 67.0, rel=1e-9)
+
+
+def test_the_distributed_model_moves_the_roots_and_not_the_statistics():
     """What the promise means, at one setting: at W = 24 each of Iso's 24 root jobs has its
     own process (1/24 of the one-process cost), Muon's 12 jobs stop shrinking at W = 12."""
     one, many = ch13.bill(ch13.WIDTH, 4096, 10, 1), ch13.bill(ch13.WIDTH, 4096, 10, 24)
@@ -59,7 +72,7 @@ def test_explorable_w_slider_moves_the_roots_and_not_the_statistics():
 
 
 def test_explorable_frames_have_readable_text():
-    fig = ch13.cost_bill().render(strict=True, world=2, b=1024, k=1)
+    fig = ch13.cost_bill().render(strict=True, b=1024, k=1, precision="float32")
     assert not _small_text(fig)
 
 

@@ -4,8 +4,9 @@ r"""Figures of Chapter 13 (scaling up: what Iso costs).
   interval of the statistics and roots (the runs of section 13.4).
 - :func:`bill`: the cost model of one square layer, per optimizer, in units of the
   layer's forward and backward pass (the computation the explorable draws).
-- :func:`cost_bill`: the explorable over the width, the rows per step, the refresh
-  interval and the number of processes.
+- :func:`cost_bill`: the centerpiece, the bill part by part as the rows per process grow
+  (the main slider), for a refresh interval and a precision of the statistics and the
+  application of the roots.
 
 The parts of a step are not optimizers: they take the colours of :data:`style.ROLES`
 (the forward and backward pass muted), except Muon's Newton–Schulz steps, in Muon's colour.
@@ -20,8 +21,9 @@ from isolab.book import scaling
 from isolab.book.explorable import Explorable, Promise, Slider, always, constant, nonincreasing
 from isolab.book.figures import style
 
-__all__ = ["NEWTON_ITERATIONS", "LAYERS", "WIDTH", "WORLDS", "PARTS", "bill", "hero", "staleness_table", "staleness_differences", "staleness_figure",
-           "subsample_table", "subsample_figure", "cost_bill", "EXPLORABLES"]
+__all__ = ["NEWTON_ITERATIONS", "LAYERS", "WIDTH", "WORLDS", "PARTS", "ROWS", "WORLD", "PRECISIONS", "bill", "hero",
+           "staleness_table", "staleness_differences", "staleness_figure", "subsample_table", "subsample_figure",
+           "parts_of", "cost_bill", "EXPLORABLES"]
 
 NEWTON_ITERATIONS = 15
 #: The explorable's and the hero's model: a stack of LAYERS square layers of width WIDTH
@@ -243,72 +245,81 @@ def subsample_figure(saved) -> Figure:
     return fig
 
 
-#: The caption's promise about the W slider (tested over the whole grid).
-PROMISE_RANKS = "the roots and Newton-Schulz per process shrink as W grows, the statistics stay put"
+#: The centerpiece's rows per process (the main slider): 2^10 to 2^18, a factor 2 apart.
+ROWS = tuple(2**e for e in range(10, 19))
+#: The processes of the centerpiece's model (the hero's).
+WORLD = 8
+#: The precision of the statistics and of the application of the roots (a toggle).
+PRECISIONS = {"float32": None, "TF32": {"statistics": "tf32", "apply": "tf32"}}
+#: What each marker of the centerpiece shows: (optimizer row, part).
+_ROWS = (("Muon", "Newton-Schulz"), ("Iso, eigh", "statistics"), ("Iso, eigh", "roots"),
+         ("Iso, eigh", "apply roots"))
 
 
-def _spread_parts(n, b, k, world, weighted):
-    rows = bill(n, b, k, world, time_weighted=weighted)
-    return rows["Iso, eigh"]["roots"], rows["Muon"]["Newton-Schulz"], rows["Iso, eigh"]["statistics"]
+def parts_of(b: int, k: int, precision: str, weighted: bool) -> dict:
+    """``{(optimizer, part): cost per step / forward+backward}`` for the centerpiece's stack
+    (:data:`LAYERS` layers of width :data:`WIDTH`, :data:`WORLD` processes), and each
+    optimizer's total under ``(optimizer, "total")``."""
+    rows = scaling.model_step(WIDTH, b, k, WORLD, layers=LAYERS, time_weighted=weighted,
+                              newton_iterations=NEWTON_ITERATIONS, precision=PRECISIONS[precision])
+    out = {(o, p): rows[o].get(p, 0.0) for o, p in _ROWS}
+    out.update({(o, "total"): sum(rows[o].values()) for o in ("Adam", "Muon", "Iso, eigh")})
+    return out
 
 
-def cost_bill(measured_statistics: dict | None = None) -> Explorable:
-    """The cost model of a stack of :data:`LAYERS` square layers of width :data:`WIDTH` as an
-    explorable: one process's cost per step, counted in flops and weighted by precision on
-    an H100, and (a line of text) what it sends, over the number of processes ``W`` (main), the rows per
-    process and the refresh interval. ``measured_statistics`` maps ``(n, b)`` to the
-    statistics/forward+backward time ratio measured on this CPU (printed where there is one)."""
-    measured = measured_statistics or {}
-    note_colour = style.ROLES["bound"]
-    n = WIDTH
+def cost_bill() -> Explorable:
+    """The centerpiece: one process's cost per step, part by part, on a log axis, counted in
+    flops (left) and modelled at the H100's datasheet peaks (right), as the rows per process
+    grow (main slider), for a refresh interval and a precision of the statistics and the
+    application of the roots."""
+    names = ["Adam", "Muon", "Iso, eigh"]
+    lo, hi = 1e-3, 100.0
 
-    def draw_bill(fig, world, b, k):
-        fig.subplots_adjust(left=0.19, right=0.97, bottom=0.36, top=0.86, wspace=0.12)
-        ax_f, ax_t = fig.subplots(1, 2)
-        _bars(ax_f, bill(n, b, k, world))
-        _bars(ax_t, bill(n, b, k, world, time_weighted=True), labels=False, modelled=True)
-        ax_f.set(xlabel="flops / fwd+bwd", title="counted in flops")
-        ax_t.set(xlabel="modelled time / fwd+bwd", title=MODEL_TITLE)
-        fig.suptitle(f"one process, {LAYERS} layers {n}x{n}, b = {b} rows, refresh every {k}, W = {world}",
-                     fontsize=11)
-        fig.legend(handles=_legend_handles(), loc="lower left", bbox_to_anchor=(0.0, 0.1), ncol=5,
-                   handlelength=1.2, columnspacing=1.2)
-        if world == 1:
-            sent = "sent per step: nothing (one process)"
-        else:
-            per = scaling.iso_step_flops(n, n, b, k, k, world_size=world)
-            grad = per["gradient_elements"]
-            stats = per["statistics_elements"] / grad
-            roots = per["roots_elements"] * scaling.rank_share(2 * LAYERS, world) / grad   # each rank sends its share
-            sent = (f"sent per step, in gradients: Adam 1.00; Iso 1.00 + statistics {stats:.2f} + roots {roots:.2f}"
-                    f" = {1 + stats + roots:.2f}")
-        note = (f"this CPU (13.2): statistics measured {measured[n, b]:.2f}x fwd+bwd" if (n, b) in measured else
-                "H100: float32 67, bfloat16 989 TFLOP/s at peak; eigh runs far below peak")
-        fig.text(0.01, 0.055, sent, fontsize=10, color=note_colour)
-        fig.text(0.01, 0.005, note, fontsize=10, color=note_colour)
+    def draw_bill(fig, b, k, precision):
+        axes = fig.subplots(1, 2, sharey=True)
+        for ax, weighted in zip(axes, (False, True)):
+            values = parts_of(b, k, precision, weighted)
+            for y, name in enumerate(names[::-1]):
+                total = values[name, "total"]
+                ax.plot([lo, total], [y, y], color=style.ROLES["muted"], lw=6, solid_capstyle="butt")
+                ax.text(min(total, hi) * 1.15, y + 0.22, f"{'≈' if weighted else ''}{total:.2g}x",
+                        fontsize=10, va="center")
+                for o, part in _ROWS:
+                    if o == name and values[o, part] > 0:
+                        ax.plot([max(values[o, part], lo)], [y], "o", ms=9, color=PARTS[part],
+                                markeredgecolor="white")
+            ax.set(xscale="log", xlim=(lo, hi), ylim=(-1.9, len(names) - 0.4))
+            ax.legend(handles=_legend_handles()[1:], loc="lower center", ncol=2, handlelength=1.0,
+                      columnspacing=0.8, fontsize=10, frameon=False)
+            ax.axvline(1.0, color=style.ROLES["bound"], lw=1, ls=":")
+            ax.set_xlabel("modelled time / fwd+bwd" if weighted else "flops / fwd+bwd")
+            ax.set_title("H100, modelled at datasheet peaks" if weighted else "counted in flops")
+        axes[0].set_yticks(range(len(names)), names[::-1])
+        fig.subplots_adjust(left=0.16, right=0.95, bottom=0.17, top=0.9, wspace=0.12)
 
-    def shrinking(world, b, k):
-        return sum(_spread_parts(n, b, k, world, weighted)[0] + _spread_parts(n, b, k, world, weighted)[1]
-                   for weighted in (False, True))
-
-    def statistics(world, b, k):
-        return [_spread_parts(n, b, k, world, weighted)[2] for weighted in (False, True)]
+    def part(name, which, weighted=True):
+        return lambda b, k, precision: parts_of(b, k, precision, weighted)[name, which]
 
     return Explorable(
         draw_bill,
-        [Slider("world", WORLDS, label="processes W", default=8),
-         Slider("b", [1024, 16384], label="rows per process b", default=16384),
-         Slider("k", [1, 10, 100], label="refresh every k steps", default=10)],
-        main="world",
-        figsize=(style.FIG_WIDTH, 4.0),
+        [Slider("b", ROWS, label="rows per process b", default=16384, fmt="{:d}"),
+         Slider("k", [1, 10, 100], label="refresh every k steps", default=10),
+         Slider("precision", list(PRECISIONS), label="statistics and roots applied in", default="float32",
+                fmt="{}")],
+        main="b",
+        figsize=(style.FIG_WIDTH, 3.8),
         static_colors=16,
-        caption=("One process's cost per step for a stack of square layers, relative to its forward and "
-                 "backward pass, in flops and in H100 time modelled at the datasheet's peak rates (not measured), "
-                 f"and what it sends. Move W: {PROMISE_RANKS}."),
-        promises=[Promise("the roots and Newton-Schulz per process shrink as W grows", shrinking,
-                          nonincreasing(tol=1e-12)),
-                  Promise("the statistics stay put", lambda **p: statistics(**p)[0], constant(rtol=1e-12)),
-                  Promise("the statistics stay put", lambda **p: statistics(**p)[1], constant(rtol=1e-12))],
+        narrow="panels",
+        caption=(f"One process's cost per step for {LAYERS} square layers of width {WIDTH} on {WORLD} processes, "
+                 "part by part (markers) and in total (grey bars), relative to its forward and backward pass: "
+                 "counted in flops (left) and as H100 time modelled at the datasheet's peak rates (right, not a "
+                 "measurement). Move the rows per process b: Iso's statistics stay put, the roots fall as b "
+                 "grows, the application of the roots falls as b grows, and Iso's modelled total never rises."),
+        promises=[Promise("Iso's statistics stay put", part("Iso, eigh", "statistics"), constant(rtol=1e-12)),
+                  Promise("the roots fall as b grows", part("Iso, eigh", "roots"), nonincreasing()),
+                  Promise("the application of the roots falls as b grows", part("Iso, eigh", "apply roots"),
+                          always(lambda v: v > 0, "positive")),
+                  Promise("Iso's modelled total never rises", part("Iso, eigh", "total"), nonincreasing())],
     )
 
 

@@ -80,7 +80,7 @@ def rank_share(jobs: int, world_size: int) -> float:
 
 
 def model_step(n: int, b: int, k: int, world_size: int = 1, *, layers: int = 12, time_weighted: bool = False,
-               newton_iterations: int = 15) -> dict:
+               newton_iterations: int = 15, precision: Optional[dict] = None) -> dict:
     r"""One process's cost per step for ``layers`` square ``n × n`` hidden layers, ``b`` rows
     per process, statistics and roots refreshed every ``k`` steps, ``world_size`` processes.
 
@@ -91,10 +91,11 @@ def model_step(n: int, b: int, k: int, world_size: int = 1, *, layers: int = 12,
     (``layers`` jobs) are spread over the ranks that own them (:func:`rank_share`), as
     ``distribute_roots`` does. ``time_weighted`` multiplies each part by :func:`time_weights`
     (an H100: bfloat16 forward, backward and Newton–Schulz; float32 statistics, roots and
-    application). Statistics by one product per covariance (as on an accelerator).
+    application; ``precision`` moves parts to another precision, e.g. ``{"statistics": "tf32",
+    "apply": "tf32"}``). Statistics by one product per covariance (as on an accelerator).
     """
     _check_dims(n=n, b=b, k=k, world_size=world_size, layers=layers)
-    w = time_weights() if time_weighted else dict.fromkeys(GPU_PRECISION, 1.0)
+    w = time_weights(precision=precision) if time_weighted else dict.fromkeys(GPU_PRECISION, 1.0)
     eigh = iso_step_flops(n, n, b, k, k)
     newton = iso_step_flops(n, n, b, k, k, root_method="newton", newton_iterations=newton_iterations)
     fb = eigh["forward_backward"]
