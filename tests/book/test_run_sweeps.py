@@ -292,7 +292,7 @@ def test_a_saved_reduced_run_reproduces_its_first_steps(part):
     # the reduced problem (batch 16 for 8 inputs) makes IsoAdam's whitened entries near zero
     # amplify rounding too (3e-4 to 3e-3 within 5 steps): the rest of the stable optimizers
     stable = [s for s in results if s.optimizer in PREFIX_STABLE and s.optimizer != "isoadam"]
-    assert len(stable) >= 5
+    assert len(stable) >= (4 if part == "ablation" else 5)   # the ablation: Iso's four readings
     for s in stable:
         with jittered(1e-6, 1):
             run = _rerun(rs.REDUCED, part, s, steps=min(rs.REDUCED["thin"]["dense"], s.info["tuned"]["steps"]))
