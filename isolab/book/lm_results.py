@@ -262,3 +262,90 @@ def timing_table(saved: Mapping, size: str) -> str:
     body = [(NAMES[lane], [cell(s["fwd_bwd"]), cell(s["step"]), cell(s["total"]), cell(s["ratio"], 2)])
             for lane, s in ((lane, stats[lane]) for lane in ("adam", "adam again", "soap", "isoadam", "muon"))]
     return _columns(12, ["forward+backward", "optimizer step", "total", "ratio to Adam"], body)
+
+
+# ----------------------------------------------------------------------------- protocol version 3
+#: The sets of seeds every protocol-3 verdict of Chapter 11 is judged on.
+SETS = ("heldout", "fresh")
+
+
+def load_v3(budget: int) -> dict | None:
+    """``results/transformer_v3_b<budget>.json`` (``scripts/ch11_protocol.py``), or ``None``."""
+    try:
+        return load(f"transformer_v3_b{budget}")
+    except FileNotFoundError:
+        return None
+
+
+def v3_losses(data: Mapping, which: str = "heldout") -> dict[str, np.ndarray]:
+    """``{optimizer: per-seed test losses}`` of one set (``inf`` for a diverged seed)."""
+    return {k: np.array([r["loss"] if math.isfinite(r["loss"]) else math.inf for r in runs], dtype=float)
+            for k, runs in data[which].items()}
+
+
+def v3_verdict(data: Mapping, a: str, b: str) -> tuple[str, list]:
+    """``(verdict, [Interval per set])`` for "``a`` ends below ``b``": the paired difference of
+    the test losses on the held-out seeds and on the fresh ones, by the protocol's rule
+    (:func:`isolab.book.engine.intervals.ranked`; five seeds a set: ``[min, max]``, 93.75 %)."""
+    from .engine.intervals import paired_difference, ranked
+
+    ivs = []
+    for which in SETS:
+        x = v3_losses(data, which)
+        ivs.append(paired_difference(x[a], x[b], 0.9))
+    return ranked(ivs), ivs
+
+
+def adam_at(curve: Mapping[int, np.ndarray], steps: float) -> np.ndarray:
+    """Adam's per-seed test loss after ``steps`` steps, read off its budgets (``curve``:
+    budget -> per-seed losses, the same seeds), linear in log steps between neighbouring
+    budgets; NaN outside the budgets."""
+    bs = sorted(curve)
+    if not bs[0] <= steps <= bs[-1]:
+        return np.full(np.asarray(curve[bs[0]]).shape, math.nan)
+    hi = next(b for b in bs if b >= steps)
+    lo = max(b for b in bs if b <= steps)
+    if hi == lo:
+        return np.asarray(curve[lo], dtype=float)
+    w = math.log(steps / lo) / math.log(hi / lo)
+    return (1 - w) * np.asarray(curve[lo], dtype=float) + w * np.asarray(curve[hi], dtype=float)
+
+
+def time_verdict(datas: Mapping[int, Mapping], name: str, budget: int, ratio: float,
+                 baseline: str = "adam2") -> tuple[str, list]:
+    """``name`` at ``budget`` steps against ``baseline`` at the same seconds, if ``name``'s step
+    costs ``ratio`` times the baseline's: seed by seed, ``name``'s loss minus the baseline's
+    read at ``budget * ratio`` of its steps (:func:`adam_at`), by the protocol's rule over both
+    sets; ``"beyond"`` where the baseline's budgets do not reach that far."""
+    from .engine.intervals import paired_difference, ranked
+
+    ivs = []
+    for which in SETS:
+        curve = {b: v3_losses(d, which)[baseline] for b, d in datas.items() if baseline in d[which]}
+        ref = adam_at(curve, budget * ratio)
+        if np.isnan(ref).any():
+            return "beyond", []
+        ivs.append(paired_difference(v3_losses(datas[budget], which)[name], ref, 0.9))
+    return ranked(ivs), ivs
+
+
+def v3_table(datas: Mapping[int, Mapping], names) -> str:
+    """Per optimizer and budget: the chosen setting (matrices' rate, damping or eps, the rest's
+    rate), the trials as run, and the held-out | fresh medians with their [min, max]."""
+    lines = []
+    for b in sorted(datas):
+        d = datas[b]
+        lines.append(f"{b} steps: chosen setting, trials as run; test loss, held-out | fresh seeds, "
+                     "median [min, max]; diverged")
+        for n in [n for n in names if n in d["tuned"]]:
+            t = d["tuned"][n]
+            knob = ", ".join(f"{'ε' if k == 'eps' else k} {v:g}" for k, v in t["knobs"].items())
+            held, fresh = (v3_losses(d, w)[n] for w in SETS)
+            iv = [median_interval(x, 0.9) for x in (held, fresh)]
+            div = f"{int(np.isinf(held).sum())}, {int(np.isinf(fresh).sum())}"
+            edge = "" if t["interior"] and t.get("knob_interior", True) else " (edge)"
+            lines.append(f"  {NAMES[n]:18s} lr {t['lr']:.2g}{', ' + knob if knob else ''} / {t['side_lr']:g}, "
+                         f"{t['trials_run']} trials{edge}")
+            lines.append(f"  {'':18s} " + " | ".join(f"{x.median:.3f} [{x.low:.3f}, {x.high:.3f}]" for x in iv)
+                         + f"; {div}")
+    return "\n".join(lines)

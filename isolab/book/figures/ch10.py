@@ -92,6 +92,7 @@ def interval_panel(ax, summary, xlabel: str, *, log: bool = True, cap: float | N
     order = list(order) if order is not None else sorted(held, key=lambda n: (held[n]["median"], n))
     finite = [v for st in sets for n in order for v in np.ravel(st[n]["values"]) if np.isfinite(v)]
     top = cap if cap is not None else (max(finite) * (1.6 if log else 1.1) if finite else 1.0)
+    room = 2.2 if (log and show_values) else 1.0     # space right of the bars for the values
     for row, name in enumerate(order):
         y = len(order) - 1 - row
         kw = look(name, markers=True)
@@ -111,16 +112,17 @@ def interval_panel(ax, summary, xlabel: str, *, log: bool = True, cap: float | N
                             arrowprops=dict(arrowstyle="->", color=kw["color"], lw=1.5))
         if show_values:
             m = held[name]["median"]
-            text = "diverged" if not math.isfinite(m) else (f"{m:.0f}" if m >= 1000 else f"{m:.3g}")
-            ax.annotate(text, (min(m, top), y), xytext=(0, -15 if len(sets) > 1 else -12), textcoords="offset points",
-                        ha="center", va="center", fontsize=style.FONT_SIZE - 1, color=look(name)["color"])
+            text = "diverged" if not math.isfinite(m) else (f"{m:.0f}" if m >= 100 else f"{m:.3g}")
+            right = min(max(st[name]["high"] for st in sets), top)
+            ax.annotate(text, (right, y), xytext=(5, 0), textcoords="offset points", ha="left", va="center",
+                        fontsize=style.FONT_SIZE - 1, color=style.text_color(look(name)["color"]))
     ax.set_yticks(range(len(order)), [label(n) for n in reversed(order)] if names else [])
     ax.set_ylim(-0.8, len(order) - 0.4)
     if log:
         ax.set_xscale("log")
         low = min(finite) if finite else top / 10
-        ax.set_xlim(low / 1.3, top * 1.15)
-        plain_log_ticks(ax.xaxis, low / 1.3, top * 1.15)
+        ax.set_xlim(low / 1.3, top * 1.15 * room)
+        plain_log_ticks(ax.xaxis, low / 1.3, top * 1.15 * room)
     else:
         ax.set_xlim(right=top * 1.03)
     ax.set_xlabel(xlabel)

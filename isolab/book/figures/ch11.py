@@ -9,8 +9,11 @@ Muon and SOAP, each tuned with the same budget).
 - :func:`live_figure`: the chapter's small live run next to the saved held-out curves.
 - :func:`timing_figure`: milliseconds per step, forward + backward and the optimizer step
   stacked, interleaved rounds (median and quartiles), the second Adam showing the noise.
-- :func:`replay`: the explorable, replaying the held-out curves step by step at each
-  budget.
+- :func:`v3_figure`: the protocol-3 runs (the hero): each optimizer's test loss at each
+  budget on the held-out seeds and on the fresh ones.
+- :func:`seconds_race`: the centerpiece, the race in seconds as IsoAdam's step time relative
+  to Adam's (the main slider) moves across and beyond its measured interval.
+- :func:`replay`: the earlier (protocol 2) runs replayed step by step (kept for the appendix).
 
 Each optimizer keeps its book-wide look (:func:`isolab.book.figures.ch10.look`).
 """
@@ -25,11 +28,12 @@ from matplotlib.figure import Figure
 
 from isolab.book import lm_protocol as P
 from isolab.book import lm_results as R
-from isolab.book.explorable import Explorable, Promise, Slider, always
+from isolab.book.explorable import Explorable, Promise, Slider, always, nondecreasing
 from isolab.book.figures import style
 from isolab.book.figures.ch10 import look as _look10, plain_log_ticks
 
-__all__ = ["budget_figure", "interval_figure", "tuning_figure", "live_figure", "timing_figure", "replay", "EXPLORABLES"]
+__all__ = ["budget_figure", "interval_figure", "tuning_figure", "live_figure", "timing_figure", "replay",
+           "v3_summaries", "v3_figure", "RATIOS", "seconds_race", "EXPLORABLES"]
 
 ORDER = R.CONTENDERS  # adam, soap, isoadam, muon: one rate for all but Muon
 _OFFSET = {"adam": -0.045, "soap": -0.015, "isoadam": 0.015, "muon": 0.045,   # log10: the bars apart
@@ -290,4 +294,121 @@ def replay(protocol: Optional[Mapping] = None) -> Explorable:
     )
 
 
-EXPLORABLES = (replay,)
+# ------------------------------------------------------------------ protocol version 3
+V3_NAMES = ("adam2", "soap2", "isoadam2", "muon")
+
+
+def v3_summaries(datas: Mapping[int, Mapping], which: str = "heldout") -> dict:
+    """``{budget: {optimizer: {"median", "low", "high", "values"}}}`` of one set of seeds."""
+    from isolab.book.engine.intervals import median_interval
+
+    out = {}
+    for b, d in datas.items():
+        out[b] = {}
+        for n, x in R.v3_losses(d, which).items():
+            iv = median_interval(x, 0.9)
+            out[b][n] = {"median": iv.median, "low": iv.low, "high": iv.high, "values": x}
+    return out
+
+
+def v3_figure(datas: Mapping[int, Mapping], names=V3_NAMES) -> Figure:
+    """Test loss at each budget (protocol 3): for every optimizer the held-out seeds (dots),
+    their median and [min, max] (thick bar), and the fresh seeds' (thin bar, open marker)."""
+    held, fresh = v3_summaries(datas, "heldout"), v3_summaries(datas, "fresh")
+    budgets = sorted(datas)
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.9))
+    ax = fig.add_subplot()
+    for name in names:
+        pts = [b for b in budgets if name in held[b]]
+        for b in pts:
+            x = b * 10 ** _OFFSET[name]
+            _interval(ax, x, held[b][name], name)
+            f = fresh[b][name]
+            xf = x * 10 ** 0.012
+            ax.plot([xf, xf], [f["low"], f["high"]], color=look(name)["color"], lw=1.3)
+            ax.plot([xf], [f["median"]], marker=look(name)["marker"], color=look(name)["color"], markersize=6,
+                    markerfacecolor="white", linestyle="none")
+        ax.plot([b * 10 ** _OFFSET[name] for b in pts], [held[b][name]["median"] for b in pts],
+                **look(name, markersize=8))
+    ax.set_xscale("log")
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set(xlabel="training steps (each budget tuned with its own schedule)", ylabel="test loss (nats per byte)",
+           title="each budget tuned under the protocol: held-out seeds (filled) and fresh seeds (open)")
+    ax.legend(loc="upper right", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+#: IsoAdam's step time over Adam's, the centerpiece's main slider (the timing's interval is
+#: [1.32, 2.24] around 1.81).
+RATIOS = (1.0, 1.15, 1.32, 1.5, 1.65, 1.81, 2.0, 2.24, 2.5)
+
+
+def seconds_race(datas: Optional[Mapping[int, Mapping]] = None, timing: Optional[Mapping] = None) -> Explorable:
+    """The centerpiece: if IsoAdam's step costs ``r`` times Adam's, where does each budget of
+    IsoAdam stand against Adam run for the same time? Left: every budget at its time, in
+    Adam's steps (Muon and SOAP at their measured ratios, IsoAdam at ``r``). Right: seed by
+    seed, IsoAdam's test loss minus Adam's at the same time (held-out and fresh seeds)."""
+    datas = datas if datas is not None else {b: d for b in (100, 300, 900) if (d := R.load_v3(b)) is not None}
+    timing = timing if timing is not None else R.load("ch11_timing")
+    stats = R.timing(timing, "chapter")
+    measured = {"muon": stats["muon"]["ratio"][0], "soap2": stats["soap"]["ratio"][0]}
+    iso = stats["isoadam"]["ratio"]
+    held = v3_summaries(datas, "heldout")
+    budgets = sorted(b for b in datas if "isoadam2" in datas[b]["heldout"])
+    adam_budgets = sorted(b for b in datas if "adam2" in datas[b]["heldout"])
+
+    def gaps(r, budget):
+        out = []
+        for which in R.SETS:
+            curve = {b: R.v3_losses(datas[b], which)["adam2"] for b in adam_budgets}
+            out.append(R.v3_losses(datas[budget], which)["isoadam2"] - R.adam_at(curve, budget * r))
+        return np.concatenate(out)
+
+    def draw(fig, r):
+        left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
+        xs = [b for b in adam_budgets]
+        left.plot(xs, [held[b]["adam2"]["median"] for b in xs], **look("adam2", markersize=8))
+        for b in xs:
+            _interval(left, b, held[b]["adam2"], "adam2")
+        for name, ratio in (("muon", measured["muon"]), ("soap2", measured["soap2"]), ("isoadam2", r)):
+            pts = [b for b in budgets if name in held[b]]
+            left.plot([b * ratio for b in pts], [held[b][name]["median"] for b in pts], **look(name, markersize=8))
+        left.set(xscale="log", xlim=(70, 2400), ylim=(1.6, 2.6), xlabel="time, in Adam's steps",
+                 ylabel="test loss (nats per byte)")
+        left.set_title(f"IsoAdam's step = {r:.2f} × Adam's")
+        plain_log_ticks(left.xaxis, 70, 2400)
+        left.legend(loc="upper right", fontsize=10)
+        for k, b in enumerate(budgets):
+            g = gaps(r, b)
+            ok = np.isfinite(g)
+            right.plot(np.full(ok.sum(), k) + np.linspace(-0.15, 0.15, ok.sum()), g[ok], "o",
+                       color=look("isoadam2")["color"], markersize=5, linestyle="none")
+            if not ok.all():
+                right.text(k, -0.05, "Adam's budgets\nend earlier", ha="center", fontsize=10,
+                           color=style.ROLES["bound"])
+        right.axhline(0, color=style.ROLES["bound"], lw=1)
+        right.set(xlim=(-0.6, len(budgets) - 0.4), ylim=(-0.25, 0.25),
+                  ylabel="IsoAdam − Adam at equal time")
+        right.set_xticks(range(len(budgets)), [f"IsoAdam, {b}" for b in budgets])
+        right.set_title(f"measured: {iso[0]:.2f} [{iso[1]:.2f}, {iso[2]:.2f}]")
+
+    def median_gap(budget):
+        return lambda r: float(np.nanmedian(gaps(r, budget))) if np.isfinite(gaps(r, budget)).any() else None
+
+    first = budgets[0]
+    caption = ("Chapter 11's runs under the protocol, placed at the time they take if IsoAdam's step costs r times "
+               "Adam's (the main slider; Muon and SOAP at their measured ratios). Left: median test loss of each "
+               "budget against time in Adam's steps; right: seed by seed (held-out and fresh), IsoAdam's loss minus "
+               "Adam's after the same time. Move r: IsoAdam's median gap to Adam at equal time rises as r grows.")
+    return Explorable(
+        draw,
+        [Slider("r", RATIOS, label="IsoAdam's step / Adam's", default=RATIOS[5], fmt="{:.2f}")],
+        main="r", figsize=(style.FIG_WIDTH, 3.6), static_colors=12, narrow="panels", caption=caption,
+        promises=[Promise("IsoAdam's median gap to Adam at equal time rises as r grows", median_gap(first),
+                          nondecreasing())],
+    )
+
+
+EXPLORABLES = (seconds_race,)
