@@ -38,6 +38,7 @@ run again skips them.
 Usage::
 
     python scripts/run_sweeps.py --part all        # full size -> results/protocol_*.npz (about 2.5 h of one core)
+    python scripts/run_sweeps.py --part fig4 --budgets 1000 500   # some budgets only, resumable
     python scripts/run_sweeps.py --part fig4 --only fig4/b1000/iso
     python scripts/run_sweeps.py --reduced         # the tests' configuration -> results/protocol_reduced_*
     python scripts/run_sweeps.py --summary results/protocol_fig4.npz
@@ -417,13 +418,16 @@ def run_part(config: dict, part: str, *, labels=None, out: Path | None = None, c
     t_start, c_start = time.perf_counter(), time.process_time()
     done: list[Sweep] = []
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    others: list[Sweep] = []    # entries of the same configuration outside ``labels``: kept in the file
     if out is not None and out.exists():  # resume: keep the finished entries of the same configuration
-        kept = [x for x in load(out) if x.info["run"]["config"] == _json(config)
-                and x.label in {j["label"] for j in todo}]
+        same = [x for x in load(out) if x.info["run"]["config"] == _json(config)]
+        kept = [x for x in same if x.label in {j["label"] for j in todo}]
+        others = [x for x in same if x.label not in {j["label"] for j in todo}]
         done += kept
         todo = [j for j in todo if j["label"] not in {x.label for x in kept}]
         if kept:
             log(f"{part}: resuming, {len(kept)} entries already in {out}", verbose)
+    order = [j["label"] for j in jobs(config, part)]
     for k, job in enumerate(todo, 1):
         s = run_entry(config, part, resolve_job(config, part, job, None if out is None else out.parent, verbose))
         done.append(s)
@@ -442,7 +446,7 @@ def run_part(config: dict, part: str, *, labels=None, out: Path | None = None, c
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(out.stem + ".partial.npz")
-            Results(done).save(tmp)
+            Results(sorted(done + others, key=lambda x: order.index(x.label))).save(tmp)
             tmp.replace(out)
     log(f"{part}: {len(done)} entries in {time.perf_counter() - t_start:.0f} s", verbose)
     return Results(done)
@@ -478,6 +482,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="run only these labels (e.g. fig4/b1000/iso)")
     ap.add_argument("--summary", metavar="NPZ", help="print the table of a saved part and exit")
     ap.add_argument("--out-dir", type=Path, default=None, help="where to save (default: results/)")
+    ap.add_argument("--budgets", nargs="+", type=int, default=None,
+                    help="Figure 4: run only these budgets, into the part's file (its other entries are kept)")
     ap.add_argument("--merge", action="store_true",
                     help="with --only: put the rerun entries into the part's file (replacing those labels) "
                          "instead of a separate <part>.only.npz")
@@ -495,6 +501,8 @@ def main(argv=None) -> int:
         out = output_path(config, part, args.out_dir)
         if labels is not None:
             out = out.with_name(out.stem + ".only.npz")
+        elif args.budgets and part == "fig4":
+            labels = {j["label"] for j in jobs(config, part) if j["steps"] in args.budgets}
         if labels is not None and not [j for j in jobs(config, part) if j["label"] in labels]:
             continue
         got = run_part(config, part, labels=labels, out=out, command=command)
