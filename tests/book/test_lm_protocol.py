@@ -6,6 +6,7 @@ import importlib.util
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -303,3 +304,56 @@ def test_saved_timing_covers_both_sizes_at_the_tuned_rates():
             t = _saved(size)["tuned"].get(f"{name}/{budget}")
             if t is not None:
                 assert entry["rates"][name] == [t["lr"], t["side_lr"]]
+
+
+# ----------------------------------------------------------------------------- protocol version 3
+def test_v3_search_runs_the_same_trials_for_everyone_and_never_moves_a_grid(monkeypatch):
+    """tune_v3: 9 coarse trials (three rates per damping or eps; Muon nine rates), 4 refining
+    rates strictly between the winner's neighbours, every trial on every tuning seed, a
+    divergence on any seed out; exactly 13 trials for every optimizer, whatever it finds."""
+    calls = []
+
+    def fake_run(name, lr, side_lr, steps, seed, *args, knobs=None, **kw):
+        calls.append((name, lr, steps, seed, tuple(sorted((knobs or {}).items()))))
+        bad = lr > 0.05 and seed == 2                 # a rate that diverges on one seed is out
+        return {"loss": math.inf if bad else (math.log(lr / 0.01)) ** 2 + 1.0}
+
+    monkeypatch.setattr(P, "run", fake_run)
+    out = {}
+    for name in P.V3["names"]:
+        t = P.tune_v3(name, model_cfg=None, batch=None, data=None, pilot_centre=0.01)
+        out[name] = t
+        assert t["trials_run"] == P.V3["coarse"] + P.V3["refine"] == 13
+        assert len(t["searches"]) == 2 and [s["phase"] for s in t["searches"]] == ["coarse", "refine"]
+        coarse_lrs = sorted({lr for _, lr in t["searches"][0]["trials"]})
+        assert coarse_lrs[0] == pytest.approx(0.01 / 6) and coarse_lrs[-1] == pytest.approx(0.01 * 6)
+        refine = [lr for _, lr in t["searches"][1]["trials"]]
+        assert all(coarse_lrs[0] < lr < coarse_lrs[-1] for lr in refine)
+        assert t["lr"] == pytest.approx(0.01, rel=0.3) and t["interior"]
+    assert {len({tuple(k.items()) for k, _ in out[n]["searches"][0]["trials"]}) for n in ("adam2", "isoadam2", "soap2")} == {3}
+    assert len({lr for _, lr in out["muon"]["searches"][0]["trials"]}) == 9
+    assert {s for *_, s, _ in calls} == set(P.V3["tuning_seeds"])
+
+
+def test_v3_pilot_stops_at_an_end_of_its_span(monkeypatch):
+    monkeypatch.setattr(P, "run", lambda name, lr, *a, **k: {"loss": lr})    # best at the smallest rate
+    with pytest.raises(RuntimeError, match="end of its span"):
+        P.pilot_v3("adam2", model_cfg=None, batch=None, data=None)
+    monkeypatch.setattr(P, "run", lambda name, lr, *a, **k: {"loss": abs(math.log10(lr) + 2)})
+    assert P.pilot_v3("adam2", model_cfg=None, batch=None, data=None)["centre"] == pytest.approx(0.01)
+
+
+def test_v3_verdicts_need_both_sets_and_time_verdicts_read_adams_budgets():
+    from isolab.book import lm_results as R
+
+    def runs(losses):
+        return [{"loss": v, "diverged": False} for v in losses]
+
+    d = {"heldout": {"a": runs([1, 1, 1, 1, 1]), "b": runs([2, 2, 2, 2, 2])},
+         "fresh": {"a": runs([1, 1, 1, 1, 3]), "b": runs([2, 2, 2, 2, 2])}}
+    assert R.v3_verdict(d, "a", "b")[0] == "unresolved"        # one fresh seed the other way
+    d["fresh"]["a"] = runs([1, 1, 1, 1, 1.5])
+    assert R.v3_verdict(d, "a", "b")[0] == "ahead"
+    curve = {100: np.array([3.0, 3.0]), 300: np.array([2.0, 2.0])}
+    assert R.adam_at(curve, 100 * 3 ** 0.5) == pytest.approx([2.5, 2.5])
+    assert np.isnan(R.adam_at(curve, 400)).all()

@@ -106,3 +106,22 @@ def test_edge_of_divergence_marks_the_last_stable_rate_before_a_diverged_one():
 
     diverged = np.array([[False, False, True, True], [False, True, False, True], [False] * 4])
     assert edge_of_divergence(diverged).tolist() == [[False, True, False, False], [True, False, True, False], [False] * 4]
+
+
+def test_update_lengths_are_recorded_and_saved(tmp_path):
+    """``record_steps``: ||W_{t+1} - W_t||_F per layer and step; with Muon (no momentum,
+    exact msign) each layer's update has length lr * sqrt(n) at every step."""
+    import numpy as np
+
+    from isolab.book.engine import sweep
+    from isolab.book.problems import DeepLinearRegression
+    from isolab.book.results import Results, load
+
+    p = DeepLinearRegression(8, 3, 32)
+    s = sweep(p, "muon", [0.01, 0.02], 6, seeds=[0], hyper={"momentum": 0.0, "exact": True},
+              dtype=torch.float64, record_steps=True, progress=False)
+    assert s.step_norm.shape == (1, 2, 6, 3)
+    np.testing.assert_allclose(s.step_norm[0, 0], 0.01 * np.sqrt(8), rtol=1e-9)
+    np.testing.assert_allclose(s.step_norm[0, 1], 0.02 * np.sqrt(8), rtol=1e-9)
+    Results([s]).save(tmp_path / "r.npz")
+    np.testing.assert_array_equal(load(tmp_path / "r.npz")[s.label].step_norm, s.step_norm)

@@ -381,3 +381,17 @@ def test_the_first_root_amplifies_most_at_as_many_rows_as_dimensions():
     assert max(gain, key=gain.get) == 32 and gain[32] > 10
     assert max(gain[8], gain[16]) < 1.5 and gain[64] < gain[32] / 3 and gain[128] < gain[64]
     assert scaling.first_root_gain(16, d=32, shrinkage=False, draws=4) > 10, "without shrinkage a small batch is worse"
+
+
+def test_model_step_moves_parts_to_another_precision():
+    """TF32 statistics and application: those parts' modelled time falls by 494.7/67, the
+    roots and Newton-Schulz keep theirs, the flop count does not change."""
+    f32 = scaling.model_step(4096, 16384, 10, 8, time_weighted=True)
+    tf32 = scaling.model_step(4096, 16384, 10, 8, time_weighted=True,
+                              precision={"statistics": "tf32", "apply": "tf32"})
+    iso, iso_t = f32["Iso, eigh"], tf32["Iso, eigh"]
+    for part in ("statistics", "apply roots"):
+        assert iso[part] / iso_t[part] == pytest.approx(scaling.H100_TFLOPS["tf32"] / scaling.H100_TFLOPS["float32"])
+    assert iso["roots"] == iso_t["roots"] and f32["Muon"] == tf32["Muon"]
+    assert scaling.model_step(4096, 16384, 10, 8) == scaling.model_step(
+        4096, 16384, 10, 8, precision={"statistics": "tf32"})

@@ -24,7 +24,8 @@ from isolab.book.figures.ch10 import label
 
 __all__ = ["PARTS", "SETS", "load_protocol", "summaries", "both_sets", "paired", "verdict", "versus", "pair_row",
            "table", "settings_table", "trials_lines", "knob_edges", "range_positions", "paper_claims",
-           "prefix_gap", "prefix_check", "PROTOCOL_LINE", "PAPERS_FOUR", "reached"]
+           "prefix_gap", "prefix_check", "PROTOCOL_LINE", "PAPERS_FOUR", "reached", "best_rates",
+           "rate_per_decade"]
 
 PARTS = ("fig3", "fig4", "ablation")
 SETS = ("heldout", "fresh")
@@ -294,3 +295,32 @@ def prefix_check(saved, problem, name: str, budget: int | None = None, steps: in
     seen = "above 5e-4" if off > NOTICED else f"{off:.0e}"
     return Check(f"{title}: the first {steps} steps on 20 seeds, retrained here", f"{same}; rate +5 %: {seen}",
                  r"below $3\cdot 10^{-4}$; rate +5 %: above $5\cdot 10^{-4}$", gap < REPRODUCED and off > NOTICED)
+
+
+def best_rates(entry: Mapping, rung: int = 0) -> dict:
+    """``{(momentum, damping): (lr, score)}``: each knob setting's best rate and its median
+    tuning score in the coarse phase's ``rung`` (every setting ran there, at the same length),
+    for an entry that tunes a damping (Iso, IsoAdam, ...)."""
+    from isolab.book.engine.tuning import momentum_of
+
+    t = entry["sweep"].info["tuned"]
+    trials = [r for r in t["rungs"] if r["phase"] == "coarse"][rung]["trials"]
+    _, damp = TUNED_KNOBS[entry["optimizer"]]
+    out: dict = {}
+    for x in trials:
+        key = (momentum_of(entry["optimizer"], x["hyper"]), x["hyper"][damp])
+        if key not in out or x["score"] < out[key][1]:
+            out[key] = (x["lr"], x["score"])
+    return out
+
+
+def rate_per_decade(entry: Mapping, rung: int = 0) -> dict:
+    """``{momentum: factor}``: how much the best first-rung rate grows per decade of damping
+    (the geometric mean over the grid's decades), per momentum value."""
+    best = best_rates(entry, rung)
+    out = {}
+    for mu in sorted({m for m, _ in best}):
+        pts = sorted((d, lr) for (m, d), (lr, _) in best.items() if m == mu)
+        decades = math.log10(pts[-1][0] / pts[0][0])
+        out[mu] = (pts[-1][1] / pts[0][1]) ** (1 / decades)
+    return out
