@@ -233,6 +233,31 @@ def ablation_figure(rows: Mapping[str, Sequence[tuple[str, Mapping]]], reference
     return fig
 
 
+def damping_figure(entries: Mapping[str, Mapping], best_rates) -> Figure:
+    """Each damping's best first-rung learning rate (``best_rates(entry)``: ``{(momentum,
+    damping): (lr, score)}``), one panel per optimizer of ``entries`` (``"iso"``,
+    ``"isoadam"``), a line per momentum value, on shared log axes."""
+    fig = Figure(figsize=(style.FIG_WIDTH, 3.3))
+    axes = np.atleast_1d(fig.subplots(1, len(entries), sharey=True))
+    shades = {0.0: ":", 0.9: "--", 0.95: "-"}
+    lo, hi = math.inf, 0.0
+    for ax, (name, entry) in zip(axes, entries.items()):
+        best = best_rates(entry)
+        for mu in sorted({m for m, _ in best}):
+            pts = sorted((d, lr) for (m, d), (lr, _) in best.items() if m == mu)
+            kw = look(name, label=f"{'β₁' if name == 'isoadam' else 'momentum'} {mu:g}",
+                      linestyle=shades.get(mu, "-"))
+            ax.plot([d for d, _ in pts], [lr for _, lr in pts], **kw)
+            lo, hi = min(lo, *(lr for _, lr in pts)), max(hi, *(lr for _, lr in pts))
+        ax.set(xscale="log", yscale="log", xlabel="damping (of the mean eigenvalue)")
+        ax.set_title(label(name))
+        ax.legend(loc="upper left", fontsize=style.FONT_SIZE - 1, frameon=False)
+    axes[0].set_ylabel("best first-rung learning rate")
+    axes[0].set_ylim(lo / 2, hi * 4)
+    fig.tight_layout()
+    return fig
+
+
 # ------------------------------------------------------------------ the centerpiece
 _RESULTS = Path(__file__).resolve().parents[3] / "results" / "sweeps_explorable.npz"
 #: The two ways the centerpiece fixes Σ's scale (the toggle's labels).
