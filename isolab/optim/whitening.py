@@ -123,7 +123,6 @@ class WhiteningOptimizer(RoutedOptimizer):
                                  "groups yourself")
             self._names = {p: n for n, p in model.named_parameters()}
             super().__init__(params, defaults, adam_defaults, grad_scaler=grad_scaler)
-            self._layouts = weight_layouts(model)
         self.model = model
         if not any(g["algorithm"] != "adam" for g in self.param_groups):
             raise ValueError(f"{cls}: no parameter group uses algorithm={self.algorithm!r}")
