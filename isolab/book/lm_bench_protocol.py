@@ -308,7 +308,7 @@ class Benchmark:
         for arch in self.archs:
             self.pilot(arch)
         self.results["sizing"] = {str(T): {a: {n: cell_cost(self.results, a, n, T) for n in self.optimizers}
-                                           for a in self.archs} for T in budgets or self.protocol["budgets"]}
+                                           for a in self.archs} for T in self.protocol["budgets"]}
         self.save()
         for steps in sorted(budgets or self.protocol["budgets"]):
             for arch in self.archs:
