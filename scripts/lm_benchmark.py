@@ -9,6 +9,7 @@ Usage::
     python scripts/lm_benchmark.py --plan          # the pilot only, then the planned cost of every cell
     python scripts/lm_benchmark.py --mechanism     # after the benchmark: results/lm_mechanism.json
     python scripts/lm_benchmark.py --summary       # the tables of a saved benchmark file
+    python scripts/lm_benchmark.py --mechanism-summary   # the mechanism's numbers
     python scripts/lm_benchmark.py --size tiny --protocol smoke --out /tmp/b.json   # seconds (tests)
 
 The protocol (:mod:`isolab.book.lm_bench_protocol`) and the sizing are described in
@@ -163,6 +164,34 @@ def print_summary(path: Path) -> None:
                   f"  {t['median']:6.1f} [{t['min']:.1f}, {t['max']:.1f}] ms  x{rtxt}{dtxt}")
 
 
+def print_mechanism(path: Path) -> None:
+    """The mechanism's numbers (:func:`isolab.book.lm_mechanism.summarize`) as short tables."""
+    s = M.summarize(json.loads(path.read_text())["runs"])
+    print("\n== Iso's batch-step norm on the probes / Muon's norm (median over layers), at probe steps; "
+          "largest ρ; direction norm / Muon's and relative step, steps 1-25, 26-300, 301-end")
+    for key, v in s["norms"].items():
+        picks = [i for i, t in enumerate(v["probe_step"]) if t in (0, 25, 100, 300, 600, 1200)]
+        print(f"{key:28s} √Σρ²/Muon " + " ".join(f"{v['probe_step'][i]}:{v['iso_norm_over_muon'][i]:.3f}" for i in picks)
+              + f" | ρ_max {v['top_rho'][-1]:.3f} | dir/Muon " + " ".join(f"{x:.3f}" for x in v["dir_norm_over_muon"])
+              + " | ‖ΔW‖/‖W‖ " + " ".join(f"{x:.2e}" for x in v["rel_step"]))
+    print("\n== the first steps: whitening lag of the roots in use (input, output side), whitened norm / Muon's "
+          "(steps 1-25, 26-end), last training loss")
+    for key, v in s["early"].items():
+        print(f"{key:52s} lag {v['lag_x']:.3g} {v['lag_g']:.3g} | white/Muon "
+              + " ".join(f"{x:.3f}" for x in v["whitened_over_muon"]) + f" | loss {v['last_loss']:.4f}")
+    print("\n== seed spread: last training loss per seed, spikes, rank correlation of the loss with the largest "
+          "spike and with the largest relative step")
+    for key, v in s["seeds"].items():
+        print(f"{key:24s} loss " + " ".join(f"{x:.3f}" for x in v["last_loss"]) + f" | spikes {v['spikes']} | "
+              f"corr {v['corr_loss_spike']:.2f} {v['corr_loss_rel_step']:.2f}")
+    print("\n== profile: ms per step (median over rounds)")
+    for key, v in s["profile"].items():
+        base = v["ms"].get("adamw", {}).get("total")
+        for n, c in v["ms"].items():
+            print(f"{key:22s} {n:8s} " + " ".join(f"{k} {x:.1f}" for k, x in c.items())
+                  + (f" | x{c['total'] / base:.2f} AdamW" if base else ""))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="small", choices=sorted(B.SIZES))
@@ -176,8 +205,12 @@ def main(argv=None) -> int:
     ap.add_argument("--mechanism", action="store_true", help="the mechanism's measurements (after the benchmark)")
     ap.add_argument("--bench", type=Path, default=None, help="the benchmark file the mechanism reads")
     ap.add_argument("--summary", action="store_true", help="print the tables of a saved benchmark file")
+    ap.add_argument("--mechanism-summary", action="store_true", help="print the mechanism file's numbers")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
+    if a.mechanism_summary:
+        print_mechanism(a.out or MECH_OUT)
+        return 0
     if a.summary:
         print_summary(a.out or BENCH_OUT)
         return 0

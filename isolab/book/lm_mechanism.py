@@ -43,7 +43,7 @@ from .lm_protocol import LMData, data_seed, lr_factor
 from .lm_variants import muon_norm
 from .seeding import generator
 
-__all__ = ["hidden_layers", "canonical_correlations", "Recording", "probe", "trace", "profile", "spikes"]
+__all__ = ["hidden_layers", "canonical_correlations", "Recording", "probe", "trace", "profile", "spikes", "summarize"]
 
 
 def hidden_layers(model) -> dict:
@@ -334,3 +334,79 @@ def spikes(train_loss: Sequence[float], window: int = 50, height: float = 0.3, s
         if excess > best:
             best, at = float(excess), t + 1
     return {"count": count, "largest": best, "at": at}
+
+
+def _windows(values, bounds):
+    """Means of ``values`` (one per step) over the 1-based step windows ``bounds``."""
+    x = np.asarray(values, dtype=np.float64)
+    out = []
+    for lo, hi in bounds:
+        seg = x[lo - 1:min(hi, x.size)]
+        seg = seg[np.isfinite(seg)]
+        out.append(float(seg.mean()) if seg.size else math.nan)
+    return out
+
+
+def _rank_corr(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def summarize(runs: dict) -> dict:
+    """The numbers the mechanism's runs (``results/lm_mechanism.json``'s ``runs``) stand for.
+
+    ``norms``: per run, Iso's batch-step norm on the probes relative to Muon's,
+    ``√Σρ²/√min(n,m)·√max(1,m/n)`` (median over layers, at each probe step), the largest
+    ``ρ`` (median over layers), and the direction norm ``‖ΔW‖/η`` relative to Muon's and the
+    relative step ``‖ΔW‖/‖W‖`` (medians over layers, means over steps 1–25, 26–300 and
+    301–end). ``early``: per run, the whitening lag (median over layers, mean over steps
+    2–end) on each side and the whitened norm relative to Muon's norm, and the last 20
+    steps' training loss. ``seeds``: per optimizer and budget, per seed the last 20 steps'
+    loss, the spikes and the largest relative step, with the rank correlation over seeds
+    between the loss and each. ``profile``: each component's median over rounds (ms)."""
+    out = {"norms": {}, "early": {}, "seeds": {}, "profile": {}}
+    for key, r in runs.items():
+        kind = key.split("/")[0]
+        if kind == "norms":
+            mn = np.asarray(r["muon_norm"])
+            root = [float(np.median([math.sqrt(sum(v * v for v in rho)) for rho in layer_rho] / mn))
+                    for layer_rho in r["rho"]]
+            top = [float(np.median([rho[0] for rho in layer_rho])) for layer_rho in r["rho"]]
+            steps = len(r["dir_norm"])
+            bounds = [(1, 25), (26, 300), (301, steps)]
+            dn = np.median(np.asarray(r["dir_norm"], dtype=np.float64) / mn, axis=1)
+            rs = np.median(np.asarray(r["rel_step"], dtype=np.float64), axis=1)
+            out["norms"][key] = {"probe_step": r["probe_step"], "iso_norm_over_muon": root, "top_rho": top,
+                                 "dir_norm_over_muon": _windows(dn, bounds), "rel_step": _windows(rs, bounds),
+                                 "windows": bounds, "hyper": r["hyper"]}
+        elif kind == "early":
+            mn = np.asarray(r["muon_norm"])
+            steps = len(r["train_loss"])
+            lag_x = np.nanmedian(np.asarray(r["residual_x"], dtype=np.float64), axis=1)
+            lag_g = np.nanmedian(np.asarray(r["residual_g"], dtype=np.float64), axis=1)
+            wn = np.nanmedian(np.asarray(r["whitened_norm"], dtype=np.float64) / mn, axis=1)
+            out["early"][key] = {"lag_x": _windows(lag_x, [(2, steps)])[0], "lag_g": _windows(lag_g, [(2, steps)])[0],
+                                 "whitened_over_muon": _windows(wn, [(1, 25), (26, steps)]),
+                                 "last_loss": _windows(r["train_loss"], [(max(1, steps - 19), steps)])[0],
+                                 "overrides": r.get("overrides")}
+        elif kind == "seeds":
+            _, arch, name, T, seed = key.split("/")
+            cell = out["seeds"].setdefault(f"{arch}/{name}/{T}", {"seed": [], "last_loss": [], "spikes": [],
+                                                                    "largest_spike": [], "max_rel_step": []})
+            n = len(r["train_loss"])
+            cell["seed"].append(int(seed))
+            cell["last_loss"].append(_windows(r["train_loss"], [(max(1, n - 19), n)])[0])
+            cell["spikes"].append(r["spikes"]["count"])
+            cell["largest_spike"].append(r["spikes"]["largest"])
+            cell["max_rel_step"].append(float(np.nanmax(r["max_rel_step"])))
+        elif kind == "profile":
+            out["profile"][key] = {"tokens_per_step": r["tokens_per_step"],
+                                   "ms": {n: {k: float(np.median(v)) for k, v in comp.items()}
+                                          for n, comp in r["ms"].items()}}
+    for cell in out["seeds"].values():
+        cell["corr_loss_spike"] = _rank_corr(cell["last_loss"], cell["largest_spike"])
+        cell["corr_loss_rel_step"] = _rank_corr(cell["last_loss"], cell["max_rel_step"])
+    return out

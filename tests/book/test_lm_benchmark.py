@@ -288,3 +288,21 @@ def test_profile_splits_isoadams_time_and_spikes_finds_a_jump(data):
     s = M.spikes(loss)
     assert s["count"] == 1 and s["at"] == 61 and s["largest"] == pytest.approx(0.99)
     assert M.spikes([3.0 - 0.01 * t for t in range(100)])["count"] == 0
+
+
+def test_mechanism_summary_reads_the_runs_it_is_given(data, tmp_path, capsys):
+    h = {"lr": 0.01, "side_lr": 1e-3, "damping": 1e-3}
+    norms = M.trace("iso", h, 30, 0, arch="llama", size="tiny", data=data, probe_every=10)
+    early = M.trace("iso", h, 12, 0, arch="llama", size="tiny", data=data, record_whitening=True)
+    runs = {"norms/llama/iso/30": {"hyper": h, **norms}, "early/llama/iso/as tuned": {"hyper": h, **early}}
+    s = M.summarize(runs)
+    v = s["norms"]["norms/llama/iso/30"]
+    assert v["probe_step"] == [0, 10, 20, 30]
+    first = [math.sqrt(sum(r * r for r in rho)) / mn for rho, mn in zip(norms["rho"][0], norms["muon_norm"])]
+    assert v["iso_norm_over_muon"][0] == pytest.approx(float(np.median(first)))
+    assert 0 < v["iso_norm_over_muon"][0] < 1 and math.isnan(v["dir_norm_over_muon"][2])   # 30 steps: no 301-end
+    assert s["early"]["early/llama/iso/as tuned"]["lag_x"] > 0
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"runs": runs}))
+    load_script("lm_benchmark").print_mechanism(path)
+    assert "norms/llama/iso/30" in capsys.readouterr().out
