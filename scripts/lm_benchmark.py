@@ -171,7 +171,8 @@ def print_mechanism(path: Path) -> None:
           "largest ρ; direction norm / Muon's and relative step, steps 1-25, 26-300, 301-end")
     for key, v in s["norms"].items():
         picks = [i for i, t in enumerate(v["probe_step"]) if t in (0, 25, 100, 300, 600, 1200)]
-        print(f"{key:28s} √Σρ²/Muon " + " ".join(f"{v['probe_step'][i]}:{v['iso_norm_over_muon'][i]:.3f}" for i in picks)
+        probes = " ".join(f"{v['probe_step'][i]}:{v['iso_norm_over_muon'][i]:.3f}" for i in picks)
+        print(f"{key:28s} √Σρ²/Muon {probes}"
               + f" | ρ_max {v['top_rho'][-1]:.3f} | dir/Muon " + " ".join(f"{x:.3f}" for x in v["dir_norm_over_muon"])
               + " | ‖ΔW‖/‖W‖ " + " ".join(f"{x:.2e}" for x in v["rel_step"]))
     print("\n== the first steps: whitening lag of the roots in use (input, output side), whitened norm / Muon's "

@@ -14,7 +14,8 @@ measurements, each a function of a trained run (:func:`trace`):
   ``‖P Ĉ_b P − I‖_F/√n − ‖P_b Ĉ_b P_b − I‖_F/√n`` on each side (``0`` for fresh roots of
   the batch; grows while the exponential average lags and the roots wait for their
   refresh; the second term is the floor a rank-deficient covariance leaves, e.g. after
-  LayerNorm, whose outputs have no component along the all-ones direction), and the whitened direction's norm before any later scaling
+  LayerNorm, whose outputs have no component along the all-ones direction), and the
+  whitened direction's norm before any later scaling
   (:class:`Recording`, which overrides the library's ``_transform_direction`` hook only
   to read it).
 - Per-step training losses of several seeds, for the seed spread (the same seeds and
