@@ -37,7 +37,7 @@ import torch
 
 from isolab.optim import Iso, IsoAdam, split_parameters
 from isolab.optim.routing import weight_layouts
-from isolab.optim.statistics import LayerStatistics, capturable
+from isolab.optim.capture import LayerStatistics, capturable
 from . import lm_benchmark as B
 from .lm import sample_batch
 from .lm_protocol import LMData, data_seed, lr_factor
@@ -50,7 +50,7 @@ __all__ = ["hidden_layers", "canonical_correlations", "Recording", "probe", "tra
 def hidden_layers(model) -> dict:
     """``{name: (module, n_in, n_out)}`` of the layers whose weights are hidden matrices."""
     matrices = {id(p) for p in split_parameters(model)["matrix"].values()}
-    in_out = {k for k, v in weight_layouts(model).items() if v == "in_out"}
+    in_out = {id(k) for k, v in weight_layouts(model).items() if v == "in_out"}
     out = {}
     for name, m in model.named_modules():
         w = getattr(m, "weight", None)

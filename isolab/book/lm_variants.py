@@ -20,7 +20,7 @@ uses), so that the benchmark can say which change matters:
 - :class:`DiagonalPolar`: the polar step in a *diagonal* input/output metric: the roots
   are ``diag(Ĉ)^{-1/2}`` (the diagonals of Iso's own averaged statistics, with Iso's
   relative damping) instead of the full ``Ĉ^{-1/2}``, then the polar factor as in
-  :class:`IsoPolar`. This one also overrides ``_root`` (the library's private method
+  :class:`IsoPolar`. This one also overrides ``_inverse_sqrt`` (the library's private method
   that computes an inverse root from a covariance), because the diagonal metric needs
   different roots, not a different use of them; it still forms the full covariances
   and applies the diagonal roots as dense matrices, so its step time here is an upper
@@ -40,7 +40,6 @@ import torch
 
 from isolab import linalg
 from isolab.optim import Iso
-from isolab.optim.routing import weight_layouts
 
 __all__ = ["muon_norm", "IsoNormalized", "IsoPolar", "IsoNormalizedSecondMoment", "DiagonalPolar", "VARIANTS"]
 
@@ -55,22 +54,16 @@ def muon_norm(n_in: int, n_out: int) -> float:
 
 
 class _Shaped(Iso):
-    """Iso that knows each weight's input and output sizes (``nn.Linear`` stores
-    ``(out, in)``, transformers' ``Conv1D`` ``(in, out)``)."""
-
-    def __init__(self, model, *args, **kwargs):
-        super().__init__(model, *args, **kwargs)
-        self._in_out = {k for k, v in weight_layouts(model).items() if v == "in_out"}
+    """Iso with each weight's input and output sizes at hand (``nn.Linear`` stores ``(out, in)``,
+    transformers' ``Conv1D`` ``(in, out)``: the library's layouts)."""
 
     def _sizes(self, p) -> tuple[int, int]:
         """``(n_in, n_out)`` of weight ``p``."""
-        if id(p) in self._in_out:
-            return int(p.shape[0]), int(p.shape[1])
-        return math.prod(p.shape[1:]), int(p.shape[0])
+        return self._dims(p)
 
     def _output_axis(self, p) -> int:
         """The axis of ``p`` (2-D) that indexes output neurons."""
-        return 1 if id(p) in self._in_out else 0
+        return 1 if self._layouts.get(p) == "in_out" else 0
 
 
 class IsoNormalized(_Shaped):
@@ -110,14 +103,13 @@ class IsoNormalizedSecondMoment(_Shaped):
 class DiagonalPolar(IsoPolar):
     """The polar step in the diagonal metric of Iso's statistics (module docstring)."""
 
-    def _root(self, C, group, previous, what, name, damping=None):
-        delta = group["damping"] if damping is None else damping
+    def _inverse_sqrt(self, C, group, previous, damping, lean):
         diag = C.diagonal().clamp_min(0)
-        shift = delta * diag.mean() if delta > 0 else diag.new_tensor(0.0)
+        shift = damping * diag.mean() if damping > 0 else diag.new_tensor(0.0)
         inv = torch.where(diag + shift > 0, (diag + shift).rsqrt(), torch.zeros_like(diag))
-        R = torch.diag(inv)
-        self._check_root(R, what, name)
-        return R
+        if not bool(torch.isfinite(inv).all()):
+            raise ValueError("the diagonal root is not finite")
+        return torch.diag(inv), None
 
 
 #: the variant classes by the benchmark's name for them

@@ -18,7 +18,7 @@ from isolab.book import lm_bench_protocol as BP, lm_benchmark as B, lm_mechanism
 from isolab.book.lm import sample_batch
 from isolab.book.lm_protocol import data_seed, load_data
 from isolab.book.seeding import generator
-from isolab.optim.statistics import LayerStatistics
+from isolab.optim import LayerStatistics
 
 from scripts_loader import load_script
 
