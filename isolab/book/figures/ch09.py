@@ -407,8 +407,8 @@ def adam_signs_diagonal(kappa, basis) -> tuple:
 
 
 CAPTION = (
-    "One target A (16 × 16), the large-batch first steps, each scaled to a unit RMS entry. Left: Iso's "
-    "first step msign(ΣA); middle: how Muon's step msign(Σ²A) and Adam's sgn(Σ²A) differ from it (on their "
+    "One target A (16 × 16), the large-batch first steps, each scaled to a unit root-mean-square (RMS) "
+    "entry. Left: Iso's first step msign(ΣA), the polar factor of ΣA; middle: how Muon's step msign(Σ²A) and Adam's sgn(Σ²A) differ from it (on their "
     "own colour scale, ±0.6); right: Muon's and Adam's loss after one tuned step relative to Iso's (a value "
     "beyond ±30% stops at the edge, labelled). Raise κ(Σ), the condition number of Σ: the Muon − Iso map is "
     "blank at κ = 1 only; Adam − Iso grows with κ; Muon's bar is never above Iso's; and with Σ diagonal "
