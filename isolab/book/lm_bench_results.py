@@ -29,8 +29,9 @@ from typing import Mapping, Optional
 from . import lm_bench_protocol as BP
 from . import lm_benchmark as B
 
-__all__ = ["RESULTS", "SHORT", "VARIANTS", "load", "cells", "compare", "time_verdict", "aa_interval",
-           "ranking_table", "side_rates", "mechanism", "mechanism_summary", "fmt_interval", "budgets"]
+__all__ = ["RESULTS", "SHORT", "NAMES", "VARIANTS", "load", "cells", "compare", "time_verdict", "aa_interval",
+           "ranking_table", "side_rates", "mechanism", "mechanism_summary", "fmt_interval", "budgets", "verdict_text",
+           "ARCH_NAMES", "mechanism_text", "mechanism_checks", "isoadam_checks", "budget_checks", "largest_step"]
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: names short enough for a table on the page
@@ -38,6 +39,11 @@ SHORT = {"adamw": "AdamW", "adamw2": "AdamW, 2 rates", "torch_muon": "torch Muon
          "soap": "SOAP", "iso": "Iso", "isoadam": "IsoAdam", "iso_norm": "Iso, Muon's norm",
          "iso_polar": "Iso, polar", "iso_nor": "Iso, neuron 2nd mom.", "diag_polar": "polar, diag. metric",
          "isoadam_sched": "IsoAdam, sched. tuned"}
+#: names for running text (no commas inside a name)
+NAMES = {"adamw": "AdamW", "adamw2": "AdamW with two rates", "torch_muon": "torch's Muon", "muon": "Muon",
+         "soap": "SOAP", "iso": "Iso", "isoadam": "IsoAdam", "iso_norm": "Iso at Muon's norm",
+         "iso_polar": "Iso's polar factor", "iso_nor": "Iso with a neuron second moment",
+         "diag_polar": "the diagonal-metric polar step", "isoadam_sched": "IsoAdam with its schedule tuned"}
 #: the variants of Iso's step, in the order the chapter introduces them
 VARIANTS = ("iso_norm", "iso_polar", "iso_nor", "diag_polar")
 
@@ -150,3 +156,144 @@ def side_rates(bench: Mapping) -> dict[str, dict[str, float]]:
             cell = out.setdefault(f"{arch}/{steps}", {"pilot a*": bench["pilot"][arch]["adamw"]["best"]})
             cell[name] = s["chosen"]["side_lr"]
     return out
+
+
+ARCH_NAMES = {"gpt2": "GPT-2", "llama": "Llama"}
+
+
+def verdict_text(cells: Mapping, bench: Mapping, reference: str = "muon") -> str:
+    """Markdown: per model and budget of the protocol, who is ahead of ``reference``, who is
+    behind it (paired interval clear of zero, with the median difference and its interval)
+    and who is unresolved against it, then whose step time lies clear of the A/A noise; a
+    (model, budget) without held-out runs reads "not yet measured"."""
+    out = []
+    for arch in ARCH_NAMES:
+        for steps in budgets(bench):
+            head = f"**{ARCH_NAMES[arch]}, {steps:,} steps.**"
+            cell = cells.get((arch, steps))
+            if cell is None:
+                out.append(f"{head} Not yet measured.")
+                continue
+            per = cell["optimizers"]
+            groups = {"ahead": [], "behind": [], "unresolved": []}
+            for n in sorted(per, key=lambda n: per[n]["loss"]["median"]):
+                c = compare(cell, n, reference)
+                if c is None:
+                    continue
+                side = "unresolved" if c["verdict"] == "unresolved" else ("ahead" if c["high"] < 0 else "behind")
+                d = {k: abs(c[k]) for k in ("median", "low", "high")}
+                if side == "ahead":
+                    d["low"], d["high"] = d["high"], d["low"]
+                groups[side].append(f"{NAMES[n]} {fmt_interval(d if side != 'unresolved' else c, 3, side == 'unresolved')}")
+            slow = [NAMES[n] for n in per if time_verdict(cell, n) == "slower than AdamW"]
+            fast = [NAMES[n] for n in per if time_verdict(cell, n) == "faster than AdamW"]
+            ref = NAMES[reference]
+            text = [head, f"Ahead of {ref} by: {'; '.join(groups['ahead']) or 'none'}.",
+                    f"Behind it by: {'; '.join(groups['behind']) or 'none'}.",
+                    f"Unresolved against it: {'; '.join(groups['unresolved']) or 'none'}."]
+            clock = (f"Step time beyond the A/A noise: slower than AdamW {', '.join(slow) or 'none'}"
+                     + (f"; faster {', '.join(fast)}" if fast else "") + "; every other within it.")
+            out.append(" ".join(text + [clock]))
+    return "\n\n".join(out)
+
+
+# ----------------------------------------------------------------------------- the mechanism, in words and checks
+def _norm_run(summary: Mapping, arch: str, name: str = "iso") -> Optional[tuple[str, dict]]:
+    runs = {k: v for k, v in summary.get("norms", {}).items() if k.startswith(f"norms/{arch}/{name}/")}
+    if not runs:
+        return None
+    key = max(runs, key=lambda k: int(k.rsplit("/", 1)[1]))
+    return key, runs[key]
+
+
+def largest_step(mech: Mapping, key: str) -> float:
+    """The largest ``‖ΔW‖/η`` over Muon's norm, over every hidden layer and step of a run."""
+    import numpy as np
+
+    r = mech["runs"][key]
+    rel = np.asarray(r["dir_norm"], dtype=float) / np.asarray(r["muon_norm"], dtype=float)
+    return float(np.nanmax(rel))
+
+
+def mechanism_text(summary: Optional[Mapping], mech: Optional[Mapping] = None) -> str:
+    """Markdown: the mechanism's numbers per model (Iso's step over Muon's length in the
+    median layer, by windows of steps; the largest layer's; √Σρᵢ² over Muon's on the probes;
+    the first steps' final loss under each schedule; IsoAdam's cost against AdamW's), or
+    "not yet measured" for what the file does not hold."""
+    if not summary:
+        return ("**Measured along the runs:** not yet measured (the mechanism's runs, "
+                "`results/lm_mechanism.json`, have not finished).")
+    out = []
+    for arch, label in ARCH_NAMES.items():
+        found = _norm_run(summary, arch)
+        if found is None:
+            out.append(f"**{label}:** Iso's step along the run not yet measured.")
+            continue
+        key, v = found
+        (a, b), (c, d), (e, f) = v["windows"]
+        w = v["dir_norm_over_muon"]
+        big = f"; the largest layer's step reaches {largest_step(mech, key):.1f} times Muon's" if mech else ""
+        out.append(f"**{label}:** Iso's step in the median layer is {w[0]:.2f}, {w[1]:.2f} and {w[2]:.2f} of "
+                   f"Muon's length over steps {a}–{b}, {c}–{d} and {e}–{f}{big}; on the test batches "
+                   f"√Σρᵢ² is {v['iso_norm_over_muon'][0]:.2f} of Muon's length at the start and "
+                   f"{v['iso_norm_over_muon'][-1]:.2f} at step {v['probe_step'][-1]}.")
+        early = {k.split("/")[-1]: e for k, e in summary.get("early", {}).items() if k.startswith(f"early/{arch}/iso/")}
+        if early:
+            out.append(f"First {label} steps, final training loss by schedule: "
+                       + "; ".join(f"{k} {e['last_loss']:.2f}" for k, e in early.items()) + ".")
+    prof = {k.removeprefix("profile/"): v for k, v in summary.get("profile", {}).items()}
+    for key, p in sorted(prof.items()):
+        ms = p["ms"]
+        if "adamw" in ms and "isoadam" in ms:
+            out.append(f"**Cost, {ARCH_NAMES[key.split('/')[0]]} at size {key.split('/')[1]}:** IsoAdam's step "
+                       f"{ms['isoadam']['total']:.0f} ms, {ms['isoadam']['total'] / ms['adamw']['total']:.2f} times "
+                       f"AdamW's, Muon's {ms['muon']['total'] / ms['adamw']['total']:.2f} times.")
+    return "\n\n".join(out)
+
+
+def mechanism_checks(summary: Optional[Mapping], mech: Optional[Mapping] = None) -> list:
+    """The claims §14.4 makes of the mechanism's runs (none while they are missing): per
+    model, Iso's step in the median layer stays under a third of Muon's length after its
+    first 25 steps, and some layer's step exceeds Muon's length at some step."""
+    from .checks import Check
+
+    rows = []
+    for arch, label in ARCH_NAMES.items():
+        found = summary and _norm_run(summary, arch)
+        if not found:
+            continue
+        key, v = found
+        late = max(v["dir_norm_over_muon"][1:])
+        rows.append(Check(f"{label}: after step 25, Iso's step in the median layer is under a third of Muon's",
+                          f"{late:.2f} at most", "< 0.33", late < 1 / 3))
+        if mech:
+            top = largest_step(mech, key)
+            rows.append(Check(f"{label}: some layer's step exceeds Muon's at some step", f"{top:.1f} times",
+                              "> 1", top > 1))
+    return rows
+
+
+def isoadam_checks(summary: Optional[Mapping]) -> list:
+    """§14.6's claims of the cost profile (none while it is missing): at every model and size
+    measured, IsoAdam's step takes more than 1.3 times AdamW's."""
+    from .checks import Check
+
+    rows = []
+    for key, p in sorted((summary or {}).get("profile", {}).items()):
+        key, ms = key.removeprefix("profile/"), p["ms"]
+        if "adamw" in ms and "isoadam" in ms:
+            ratio = ms["isoadam"]["total"] / ms["adamw"]["total"]
+            rows.append(Check(f"{ARCH_NAMES[key.split('/')[0]]}, {key.split('/')[1]} size: IsoAdam's step "
+                              "takes more than 1.3 times AdamW's", f"{ratio:.2f} times", "> 1.3", ratio > 1.3))
+    return rows
+
+
+def budget_checks(long_cell: Mapping) -> list:
+    """§14.7's restatement of Chapter 11 at the longer budget (GPT-2): IsoAdam and Muon are
+    not separated there. Written before the runs finished: if the interval excludes zero,
+    the row fails and the verdict (and the chapter's sentence) must change."""
+    from .checks import reproduced
+
+    c = compare(long_cell, "isoadam", "muon")
+    return [reproduced("Chapter 11", "at the longer budget IsoAdam is level with Muon",
+                       fmt_interval(c, 3, sign=True), "interval contains 0", c["low"] <= 0 <= c["high"])]
