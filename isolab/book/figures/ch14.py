@@ -378,17 +378,19 @@ def isoadam_figure(mech: Optional[Mapping]) -> Figure:
 
 
 # ----------------------------------------------------------------------------- budgets
-def budget_figure(bench: Mapping, names: Sequence[str] = ("iso_polar", "iso_nor", "muon", "soap", "isoadam",
-                                                          "adamw2", "iso")) -> Figure:
-    """Held-out median (with its interval) at each budget of the protocol, per model; a
-    budget without held-out runs is marked "not yet measured"."""
+def budget_figure(bench: Mapping, names: Sequence[str] = ("iso_polar", "muon", "soap", "isoadam", "adamw2",
+                                                          "iso")) -> Figure:
+    """Held-out median (with its interval) at each budget of the protocol, per model, each
+    optimizer named at its last measured budget; a budget without held-out runs is marked
+    "not yet measured"."""
     cells, budgets = R.cells(bench), R.budgets(bench)
     fig = Figure(figsize=(style.FIG_WIDTH, 3.8))
+    top = 2.6
     for ax, arch in zip(fig.subplots(1, 2), ARCH_NAMES):
-        have = [T for T in budgets if (arch, T) in cells]
-        if not have:
+        if not any((arch, T) in cells for T in budgets):
             missing(ax, ARCH_NAMES[arch])
             continue
+        ends = []
         for n in names:
             pts = [(i, cells[(arch, T)]["optimizers"][n]["loss"]) for i, T in enumerate(budgets)
                    if (arch, T) in cells and n in cells[(arch, T)]["optimizers"]]
@@ -398,13 +400,17 @@ def budget_figure(bench: Mapping, names: Sequence[str] = ("iso_polar", "iso_nor"
             x = [i for i, _ in pts]
             ax.plot(x, [p["median"] for _, p in pts], color=lk["color"], ls=lk["linestyle"], marker=lk["marker"])
             for i, p in pts:
-                ax.plot([i, i], [p["low"], min(p["high"], 2.6)], color=lk["color"], lw=1)
-            style.label_end(ax, x, [p["median"] for _, p in pts], R.SHORT[n], color=lk["color"])
+                ax.plot([i, i], [p["low"], min(p["high"], top)], color=lk["color"], lw=1)
+            ends.append((x[-1], pts[-1][1]["median"], R.SHORT[n], lk["color"]))
+        spots = style.spread_labels([y for _, y, _, _ in ends], 0.065, upper=top - 0.03)
+        for (x, y, text, colour), at in zip(ends, spots):
+            ax.annotate(text, (x, y), xytext=(x + 0.08, at), textcoords="data", va="center",
+                        color=style.text_color(colour), fontsize=style.FONT_SIZE - 1)
         for i, T in enumerate(budgets):
             if (arch, T) not in cells:
-                ax.text(i, 2.2, f"{T} steps:\n{NOT_YET}", ha="center", color=style.ROLES["bound"])
+                ax.text(i, 2.35, f"{T} steps:\n{NOT_YET}", ha="center", color=style.ROLES["bound"])
         ax.set_xticks(range(len(budgets)), [f"{T} steps" for T in budgets])
-        ax.set(xlim=(-0.3, len(budgets) - 0.2), ylim=(1.5, 2.6), ylabel="held-out loss (nats/byte)")
+        ax.set(xlim=(-0.2, len(budgets) - 0.4), ylim=(1.5, top), ylabel="held-out loss (nats/byte)")
         ax.set_title(ARCH_NAMES[arch], loc="left")
     fig.tight_layout()
     return fig
