@@ -175,8 +175,12 @@ def test_the_mechanism_reads_into_words_checks_and_figures(tiny_mechanism):
         fig = build(tiny_mechanism)
         words = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
         assert isinstance(fig, Figure) and "GPT-2" not in words.split(ch14.NOT_YET)[0][-40:]
-    empty = " ".join(t.get_text() for ax in ch14.mechanism_figure(None).axes for t in ax.texts)
-    assert empty.count(ch14.NOT_YET) == 4
+    for build in (ch14.mechanism_figure, ch14.isoadam_figure):
+        empty = build(None)
+        assert not empty.axes and [t.get_text().endswith(ch14.NOT_YET) for t in empty.texts] == [True]
+    half = {"runs": {k: v for k, v in tiny_mechanism["runs"].items() if k.startswith("norms/")}}
+    words = " ".join(t.get_text() for ax in ch14.mechanism_figure(half).axes for t in ax.texts)
+    assert words.count(ch14.NOT_YET) == 3              # Llama's run and both first-step panels
 
 
 def test_hero_verdict_and_budget_figures_draw_from_the_saved_file():

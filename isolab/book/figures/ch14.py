@@ -50,6 +50,13 @@ def look(name: str) -> dict:
     return {"color": style.color(family), "marker": marker, "linestyle": ls}
 
 
+def _waiting(what: str) -> Figure:
+    """A short figure that says what is not yet measured (no empty axes)."""
+    fig = Figure(figsize=(style.FIG_WIDTH, 0.9))
+    fig.text(0.5, 0.5, f"{what}: {NOT_YET}", ha="center", va="center", color=style.ROLES["bound"])
+    return fig
+
+
 def missing(ax, what: str = "") -> None:
     """Mark an axes as waiting for data: the words, no curve."""
     ax.set_axis_off()
@@ -277,6 +284,8 @@ def mechanism_figure(mech: Optional[Mapping]) -> Figure:
     layers, and the largest layer) and ``√Σρᵢ²`` over Muon's norm on the fixed probes. Bottom:
     the first steps under four statistics schedules, the whitened step over Muon's norm
     (median over layers, mean over 10 steps). A model whose runs are missing says so."""
+    if not _runs(mech, "norms/") and not _runs(mech, "early/"):
+        return _waiting("Iso's step along the runs and in their first steps")
     fig = Figure(figsize=(style.FIG_WIDTH, 6.4))
     axes = fig.subplots(2, 2)
     for col, arch in enumerate(ARCH_NAMES):
@@ -331,9 +340,11 @@ def isoadam_figure(mech: Optional[Mapping]) -> Figure:
     Muon and AdamW, per model and budget. Right: milliseconds per step at 1,024 tokens, split
     into forward and backward (less the statistics the hooks form), the statistics, the
     inverse roots, applying them and the rest of ``step``, per optimizer and model size."""
+    seeds = _runs(mech, "seeds/")
+    if not seeds and not _runs(mech, "profile/"):
+        return _waiting("The seed spread and where a step's time goes")
     fig = Figure(figsize=(style.FIG_WIDTH, 4.2))
     ax_s, ax_p = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]})
-    seeds = _runs(mech, "seeds/")
     if not seeds:
         missing(ax_s, "the seed spread")
     else:
