@@ -214,12 +214,12 @@ class IsoAdam(WhiteningOptimizer):
         model: the model.
         lr, betas, eps, weight_decay: Adam's (decoupled weight decay; ``lr`` a float or a
             one-element tensor).
-        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps,
-            shrinkage, stat_rows, stats_dtype: as in :class:`Iso`.
+        beta_cov, damping, stat_interval, root_interval, root_method, root_tol: as in :class:`Iso`.
+        warmup_steps, shrinkage, stat_rows, stats_dtype: as in :class:`Iso`.
         whiten: whiten the gradient (default True); False gives AdamW.
         adam_lr, adam_betas, adam_eps, adam_weight_decay: the fallback group's (default: IsoAdam's own).
-        params, embeddings, head, others, sync_statistics, process_group, distribute_roots,
-            nonfinite, grad_scaler: as in :class:`Iso`.
+        params, embeddings, head, others: routing, as in :class:`Iso`.
+        sync_statistics, process_group, distribute_roots, nonfinite, grad_scaler: as in :class:`Iso`.
     """
 
     algorithm = "isoadam"
