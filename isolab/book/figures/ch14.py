@@ -199,10 +199,10 @@ def _draw_correlation_step(fig, sigma, rows):
 
 CAPTION = (
     "Raise σ, the noise in the output gradients: the correlations ρᵢ sink toward those of pure noise "
-    "(grey, left), Iso's first step shrinks as σ grows and Iso's first step is (1 − μ²)√Σρᵢ² long, while "
-    "the other three keep Muon's norm (middle); Iso's best η sits to the right of the others' (right), and "
+    "(grey, left). Iso's first step is (1 − μ²)√Σρᵢ² long, so Iso's first step shrinks as σ grows, while "
+    "the other three keep Muon's norm (middle). Iso's best η sits to the right of the others' (right), and "
     "tuned, Iso ends level with the fixed-size steps or ahead. The second slider sets the rows per step b, "
-    "and with them the level of the noise."
+    "and with them the level of the pure noise."
 )
 
 
