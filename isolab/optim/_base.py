@@ -93,10 +93,11 @@ class RoutedOptimizer(Optimizer):
             raise ValueError(f"{cls}: grad_scaler must be a torch.amp.GradScaler, got {type(grad_scaler).__name__}")
         self._grad_scaler = grad_scaler
         self._adam_defaults = dict(adam_defaults)
-        self._names: dict = {}
+        #: {parameter: its name in the model} (a subclass that knows the model may set it first)
+        self._names: dict = self.__dict__.get("_names", {})
         self.model: nn.Module | None = None
-        #: {weight: "out_in" | "in_out"} of a routed model's matrices (explicit groups: "out_in")
-        self._layouts: dict = {}
+        #: {weight: "out_in" | "in_out"} of the model's linear layers (explicit groups: "out_in")
+        self._layouts: dict = self.__dict__.get("_layouts", {})
         self._skipped = None
         self._owner_only = False
         self._comm = None  # the DDP process group of the current step (None: no communication)

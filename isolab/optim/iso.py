@@ -82,9 +82,10 @@ class Iso(WhiteningOptimizer):
     r"""Iso (arXiv 2307.12979): SGD with momentum, whitened on both sides of each layer.
 
     .. math::
-        B_t &= \mu B_{t-1} + (1-\mu)\,\nabla W_t/b, \qquad
-        u_t = (1-\mu)\nabla W_t/b + \mu B_t \ \text{(Nesterov) or } B_t \\
-        W_t &= W_{t-1}(1-\eta\lambda) - \eta\,(\hat C_X + \delta_X I)^{-1/2}\, u_t\,(\hat C_G + \delta_G I)^{-1/2}
+        B_t &= \mu B_{t-1} + (1-\mu)\,\nabla W_t/b \\
+        u_t &= (1-\mu)\nabla W_t/b + \mu B_t \ \text{(Nesterov) or } B_t \\
+        W_t &= W_{t-1}(1-\eta\lambda) \\
+            &\quad - \eta\,(\hat C_X + \delta_X I)^{-1/2}\, u_t\,(\hat C_G + \delta_G I)^{-1/2}
 
     with the statistics of :mod:`isolab.optim.iso`. The step's Frobenius norm is at most
     ``η·√(Σ ρᵢ²)`` in the batch limit, ``ρᵢ`` the canonical correlations between ``X`` and ``G``:
@@ -214,12 +215,12 @@ class IsoAdam(WhiteningOptimizer):
         model: the model.
         lr, betas, eps, weight_decay: Adam's (decoupled weight decay; ``lr`` a float or a
             one-element tensor).
-        beta_cov, damping, stat_interval, root_interval, root_method, root_tol, warmup_steps,
-            shrinkage, stat_rows, stats_dtype: as in :class:`Iso`.
+        beta_cov, damping, stat_interval, root_interval, root_method, root_tol: as in :class:`Iso`.
+        warmup_steps, shrinkage, stat_rows, stats_dtype: as in :class:`Iso`.
         whiten: whiten the gradient (default True); False gives AdamW.
         adam_lr, adam_betas, adam_eps, adam_weight_decay: the fallback group's (default: IsoAdam's own).
-        params, embeddings, head, others, sync_statistics, process_group, distribute_roots,
-            nonfinite, grad_scaler: as in :class:`Iso`.
+        params, embeddings, head, others: routing, as in :class:`Iso`.
+        sync_statistics, process_group, distribute_roots, nonfinite, grad_scaler: as in :class:`Iso`.
     """
 
     algorithm = "isoadam"

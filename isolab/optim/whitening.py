@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import ChainMap
 
 import torch
 from torch import nn
@@ -123,7 +124,6 @@ class WhiteningOptimizer(RoutedOptimizer):
                                  "groups yourself")
             self._names = {p: n for n, p in model.named_parameters()}
             super().__init__(params, defaults, adam_defaults, grad_scaler=grad_scaler)
-            self._layouts = weight_layouts(model)
         self.model = model
         if not any(g["algorithm"] != "adam" for g in self.param_groups):
             raise ValueError(f"{cls}: no parameter group uses algorithm={self.algorithm!r}")
@@ -512,9 +512,15 @@ class WhiteningOptimizer(RoutedOptimizer):
         if lean and None not in shifts:  # both roots positive definite: store only them
             it.lean_shifts = tuple(shifts)
 
+    def _inverse_sqrt(self, C, group, previous, damping, lean):
+        """``(root, new basis or None)`` of the bias-corrected average ``C``
+        (:func:`isolab.optim.roots.inverse_sqrt`). A variant that whitens in another metric (a
+        diagonal one) overrides this; it raises ``ValueError`` when no root can be computed."""
+        return roots.inverse_sqrt(C, group, previous, damping, lean)
+
     def _root(self, it, C, previous, damping, lean, side, what, name):
         try:
-            R, basis = roots.inverse_sqrt(C, it.group, previous, damping, lean)
+            R, basis = self._inverse_sqrt(C, it.group, previous, damping, lean)
         except ValueError as e:
             raise StepFailed(Failure.ROOT_X if side == "x" else Failure.ROOT_G,
                              f"{type(self).__name__}: cannot compute {what}^(-1/2) for {name}: {e}; {UNCHANGED}",
@@ -554,7 +560,9 @@ class WhiteningOptimizer(RoutedOptimizer):
             st.pop("root_x", None), st.pop("root_g", None)
 
     def _owner_state(self, it):
-        return {**it.state, **it.new}
+        """The state the whitening reads on the owner: this step's new entries over the stored ones;
+        what ``_transform_direction`` writes goes into the new entries (committed with the step)."""
+        return ChainMap(it.new, it.state)
 
 
 def _rebuild(cls, R, lam, name, param):

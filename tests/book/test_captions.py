@@ -23,7 +23,7 @@ from isolab.book.explorable import MIN_MAIN_VALUES
 
 PART_ONE = ["ch01", "ch02", "ch03", "ch04"]
 PART_TWO = ["ch05", "ch06", "ch07", "ch08", "ch09"]
-PART_THREE = ["ch10", "ch11", "ch12", "ch13"]
+PART_THREE = ["ch10", "ch11", "ch12", "ch13", "ch14"]
 
 
 def explorables(chapters, held: bool = False):

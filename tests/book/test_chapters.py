@@ -37,7 +37,7 @@ def markdown(nb: dict) -> str:
 PART_ONE = [p for p in CHAPTERS if p.name[:4] in ("ch01", "ch02", "ch03", "ch04")]
 PART_TWO = [p for p in CHAPTERS if p.name[:4] in ("ch05", "ch06", "ch07", "ch08", "ch09")]
 #: Part III's chapters
-PART_THREE = [p for p in CHAPTERS if p.name[:4] in ("ch10", "ch11", "ch12", "ch13")]
+PART_THREE = [p for p in CHAPTERS if p.name[:4] in ("ch10", "ch11", "ch12", "ch13", "ch14")]
 BACK_MATTER = {"using_isolab"}  # notebooks of recipes, not chapters: no explorable figure
 HIDDEN = {"hide-input", "remove-input", "remove-cell"}
 COLOUR_LITERAL = re.compile(r"""["']#[0-9a-fA-F]{3,8}["']|\b(?:face|edge)?colou?rs?\s*=\s*["'](?!none["'])""")

@@ -18,9 +18,9 @@ from isolab.book.figures import ch01
 @pytest.fixture(autouse=True)
 def fresh_cache():
     """The explorable caches its computation per setting; no test sees another's."""
-    ch01.ratio_alignment_state.cache_clear()
+    ch01.gram_step.cache_clear()
     yield
-    ch01.ratio_alignment_state.cache_clear()
+    ch01.gram_step.cache_clear()
 
 
 def test_hero_draws_and_its_numbers_are_the_cosines():
@@ -72,49 +72,84 @@ def test_the_ratio_not_the_width_sets_the_alignment():
     assert max(abs(by_batch[(1, 32)] - by_batch[(1, 128)])) > 0.1     # at equal b the widths differ
 
 
-def test_explorable_keeps_its_promises():
-    e = ch01.gram_alignment()
-    assert e.main == "ratio" and len(e.main_slider.values) >= 9
-    kappa = next(s for s in e.sliders if s.name == "kappa")
-    assert len(kappa.values) >= 5
-    assert {p.text for p in e.promises} >= {"the cosine falls as b/d_in grows", "the cosine is lower than at κ = 1",
-                                            "the Gram matrix has b − d_in zero eigenvalues"}
+def test_centerpiece_keeps_its_promises():
+    e = ch01.gram_step_explorable()
+    assert e.main == "kappa" and len(e.main_slider.values) >= 9 and e.narrow == "panels"
+    model = next(s for s in e.sliders if s.name == "model")
+    assert model.is_toggle and set(model.values) == {"null model", "teacher"}
     assert e.broken_promises() == []
 
 
-def test_the_falling_promise_fails_when_the_ratio_does_not_change_the_batch(monkeypatch):
-    """The promise can fail: with a fixed batch of 256 behind every ratio, the width would
-    shrink instead and the measured cosine would not follow b / d_in."""
-    original = ch01.ratio_alignment_state.__wrapped__
+def test_the_cosine_is_the_mean_over_the_rms_eigenvalue():
+    """The identity the centerpiece's caption states, against the library's cosine, for
+    both models, a batch wider and one narrower than the layer."""
+    gen = torch.Generator().manual_seed(3)
+    for b in (12, 70):
+        X = torch.randn(b, 32, generator=gen, dtype=torch.float64) * torch.linspace(0.1, 3, 32, dtype=torch.float64)
+        for G in (torch.randn(b, 5, generator=gen, dtype=torch.float64),
+                  -X @ torch.randn(32, 5, generator=gen, dtype=torch.float64)):
+            lam, U = torch.linalg.eigh(X @ X.T)
+            share = (U.T @ G).square().sum(-1) / G.square().sum()
+            assert ch01.energy_formula(lam.clamp_min(0), share).item() == pytest.approx(
+                feature_step.feature_alignment(X, G).item(), abs=1e-12)
 
-    def reversed_ratio(ratio, kappa):
-        return original(1.0 / ratio, kappa)
 
-    monkeypatch.setattr(ch01, "ratio_alignment_state", reversed_ratio)
-    broken = {b.promise.text for b in ch01.gram_alignment().broken_promises()}
-    assert "the cosine falls as b/d_in grows" in broken
+def test_the_promises_can_fail():
+    """Swapped models, the teacher's cosine is below the null model's and its energy sits on
+    the zero eigenvalues: the promises that say otherwise break."""
+    original = ch01.gram_step.__wrapped__
+
+    def swapped(kappa, ratio, model):
+        return original(kappa, ratio, "teacher" if model == "null model" else "null model")
+
+    import unittest.mock as mock
+    with mock.patch.object(ch01, "gram_step", swapped):
+        broken = {b.promise.text for b in ch01.gram_step_explorable().broken_promises()}
+    assert {"the teacher's cosine stays above the null model's", "puts no energy on the zero eigenvalues"} <= broken
 
 
-def test_nested_batches_and_the_reachable_share():
-    small, large = ch01.ratio_alignment_state(0.25, 100), ch01.ratio_alignment_state(4.0, 100)
-    X, _ = ch01._explorable_draws(100.0)
-    assert small.batch == 8 and large.batch == 128 and X.shape[1] == 256     # the first rows of the same batches
-    assert small.reach == pytest.approx(1.0, abs=1e-12) and small.zeros == 0
-    assert large.cos <= large.reach < 1 and large.zeros == 128 - ch01.EXPLORABLE_D_IN
+def test_the_models_of_G():
+    X = torch.randn(40, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    null, W = torch.ones(40, 3, dtype=torch.float64), torch.randn(8, 3, dtype=torch.float64)
+    assert ch01.gradient_model(X, "null model", null, W) is null
+    assert torch.equal(ch01.gradient_model(X, "teacher", null, W), -X @ W)
+    with pytest.raises(ValueError):
+        ch01.gradient_model(X, "label noise", null, W)
+
+
+def test_nested_draws_and_zero_eigenvalues():
+    wide, square = ch01.gram_step(100, 4.0, "teacher"), ch01.gram_step(100, 1.0, "null model")
+    assert wide.batch == 128 and wide.zeros == 128 - ch01.CENTER_D_IN and square.zeros == 0
+    assert (wide.eigenvalues[-wide.zeros:] == 0).all() and wide.eigenvalues[: -wide.zeros].min() > 0
+    null = ch01.gram_step(100, 4.0, "null model")
+    assert float(null.g_share[-null.zeros:].sum()) == pytest.approx(0.75, abs=0.03)
+    assert np.allclose(wide.g_share.sum(), 1) and np.allclose(wide.step_share.sum(), 1)
+
+
+def test_the_spectrum_panel_clips_nothing():
+    """Reviewer's finding: at κ = 10⁴, b = d_in a fixed floor drew a plateau. The floor is now
+    below every nonzero eigenvalue on the grid."""
+    floor = ch01._spectrum_floor()
+    for kappa in ch01.CENTER_KAPPAS:
+        for ratio in ch01.CENTER_RATIOS:
+            s = ch01.gram_step(kappa, ratio, "null model")
+            assert s.eigenvalues[: s.batch - s.zeros].min() > floor
 
 
 def test_every_setting_draws_without_a_message():
-    e = ch01.gram_alignment()
-    for ratio in e.sliders[0].values:
-        for kappa in e.sliders[1].values:
-            fig = e.render(strict=True, ratio=ratio, kappa=kappa)
-            assert len(fig.axes) == 3 and not fig.texts          # three panels, no message
+    e = ch01.gram_step_explorable()
+    for kappa in (1, 10_000):
+        for ratio in ch01.CENTER_RATIOS:
+            for model in ch01.G_MODELS:
+                fig = e.render(strict=True, kappa=kappa, ratio=ratio, model=model)
+                assert len(fig.axes) == 3 and not fig.texts          # three panels, no message
 
 
 def test_the_explorable_fills_the_column_with_ten_point_text():
-    e = ch01.gram_alignment()
+    e = ch01.gram_step_explorable()
     assert e.requested_figsize == e.figsize and e.figsize[0] * DISPLAY_DPI <= COLUMN_PX
     assert smallest_text(e.render(strict=True)) >= 10
+    assert len(e.panel_strips()) == 4                          # three strips on a phone
 
 
 @pytest.mark.slow
@@ -122,8 +157,8 @@ def test_website_frames_fit_the_budget_at_twice_the_display_width():
     from PIL import Image
     import io
 
-    e = ch01.gram_alignment()
+    e = ch01.gram_step_explorable()
     html = e.static_html()                                        # raises over 2 MB
-    assert len(html) < 1_800_000
+    assert len(html) < 1_900_000
     frame = Image.open(io.BytesIO(e._frame_bytes(e.defaults())))
     assert frame.size[0] >= 2 * e.figsize[0] * DISPLAY_DPI - 2

@@ -105,3 +105,17 @@ def test_the_narrowing_promise_fails_on_the_old_computation():
 def test_static_frames_fit_the_budget():
     explorable = ch02.concentration()
     assert len(explorable.static_html()) <= 2_000_000
+
+
+def test_spectrum_floor_clips_nothing_and_kappa_widens_the_shell_at_every_d():
+    """Reviewer's findings: the old 1e-3 floor drew tiny eigenvalues on a false plateau, and the
+    text said the shell dissolves at κ = 100 "at every d" (at d = 1024 it stays tight: it is
+    wider than at κ = 1, which the caption now promises, not gone)."""
+    floor = ch02._spectrum_floor()
+    for d in ch02.D_VALUES:
+        for b in ch02.B_VALUES:
+            data = ch02.concentration_data(d, b, 100)
+            assert data.eigenvalues[: b - data.zeros].min() > floor
+            assert ch02._wider_at_kappa(d, b, 100) > 0
+    assert ch02._norm_sd(1024, 64, 100) < 0.1          # still a tight shell at d = 1024
+    assert ch02.concentration().narrow == "panels"

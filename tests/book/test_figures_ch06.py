@@ -82,7 +82,8 @@ def test_principal_angle_cosine_is_isos_step():
     fig = ch06.principal_angle()
     assert isinstance(fig, Figure)
     title = fig.axes[0].get_title(loc="center")
-    cos, step = (part.split("=")[1].strip() for part in title.split("\n")[1].split(","))
+    line = title.split("\n")[1]                       # "cos = 0.785 = Iso's step 0.785"
+    cos, step = line.split("=")[1].strip(), line.split()[-1]
     assert cos == step
 
 
@@ -101,11 +102,26 @@ def test_explorable_keeps_its_promises_over_the_grid():
 
 def test_twin_promises_can_fail():
     """Each predicate rejects what the caption rules out: a whitened twin that is not the
-    turned original, Iso's bars moving, SGD's staying put."""
-    turned, iso, sgd = (p.holds for p in ch06.twin_explorable().promises)
+    turned original, Iso's bars moving, SGD's staying put, Adam's moving at 0°."""
+    turned, iso, sgd, adam = (p.holds for p in ch06.twin_explorable().promises)
     assert not turned([0.0] * 8 + [1e-3])
     assert not iso([0.0, 0.02])
     assert not sgd([1.0] * len(ch06.TWIN_KAPPAS))
+    assert not adam([(0, 0.0), (0, 0.5)])
+    assert adam([(36, 0.0), (36, 1.0)])          # off the axes the sentence promises nothing
+
+
+def test_adams_bars_move_off_the_axes():
+    """The caption's contrast: along the axes (0°, a positive diagonal) Adam's first step
+    keeps its singular values at every κ; at 36° and 72° they change from κ = 1.5 on."""
+    assert all(ch06._adam_drift(k, 0)[1] < 1e-6 for k in ch06.TWIN_KAPPAS)
+    for direction in (36, 72):
+        assert all(ch06._adam_drift(k, direction)[1] > 0.1 for k in ch06.TWIN_KAPPAS[1:])
+
+
+def test_centerpiece_reads_on_a_phone():
+    explorable = ch06.twin_explorable()
+    assert explorable.narrow == "panels" and len(explorable.panel_strips()) == 4
 
 
 def test_whitened_twin_is_the_layer_turned_at_every_setting():
@@ -126,6 +142,7 @@ def test_explorable_draws_every_extreme():
     for kappa, direction in itertools.product((1, 30), ch06.TWIN_DIRECTIONS):
         fig = explorable.render(strict=True, kappa=kappa, direction=direction)
         assert len(fig.axes) == 3
+        assert not explorable.clipped_text(kappa=kappa, direction=direction)
 
 
 def test_things_to_try():

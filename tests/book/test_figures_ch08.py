@@ -1,18 +1,20 @@
 """Chapter 8's figure module: the figures build, the runs they draw say what the chapter
-says, the explorable keeps its caption's promises over the whole grid (and the promises
-can fail: the old caption's claims break them), the saved runs behind the explorable are
-what the code computes, and the optimizers are built with explicit hyperparameters."""
+says, the centerpiece keeps its caption's promises over the whole grid (and the promises
+can fail), the mixed optimizers give Adam exactly the matrices named, the saved Muon
+controls are what the code computes, and the optimizers are built with explicit
+hyperparameters."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 from isolab import linalg
 
 from isolab.book import residual
-from isolab.book.explorable import MIN_MAIN_VALUES, Explorable, always
+from isolab.book.explorable import MIN_MAIN_VALUES, Explorable
 from isolab.book.figures import ch08
 from isolab.book.seeding import generator
 
@@ -40,7 +42,7 @@ def test_hero_and_training_figures_show_the_twin_runs():
     assert isinstance(ch08.training(runs), Figure)
 
 
-# ----------------------------------------------------------------------------- 8.5
+# ----------------------------------------------------------------------------- 8.6
 def test_iso_bump_is_not_caused_by_the_rank_8_covariance():
     """The chapter once blamed the first block's rank-8 covariance; with d_in = d the bump stays."""
     wide = ch08.network(d_in=16)
@@ -48,8 +50,6 @@ def test_iso_bump_is_not_caused_by_the_rank_8_covariance():
     stale = ch08.train("Iso", wide, wide_twin, steps=20).gap.max().item()
     fresh = ch08.train("Iso", wide, wide_twin, steps=20, root_interval=1).gap.max().item()
     assert 1e-14 < stale < 1e-11 and fresh < 1e-14
-    fig = ch08.iso_bump({"stale": ch08.train("Iso", wide, wide_twin, steps=20)})
-    assert isinstance(fig, Figure)
 
 
 def test_linear_decay_wrapper_lowers_every_group_to_zero():
@@ -84,44 +84,74 @@ def test_optimizers_are_built_with_explicit_hyperparameters():
     assert id(net.embed.weight) in adam and id(net.head.weight) in adam
 
 
-# ----------------------------------------------------------------------------- explorable (8.7)
-def test_rotation_explorable_keeps_its_promises():
-    e = ch08.rotation_explorable()
-    assert isinstance(e, Explorable) and e.main == "theta" and len(e.main_slider.values) >= MIN_MAIN_VALUES
-    assert len(e.promises) == 3 and not e.broken_promises()
-    for theta in (0.0, 0.01, 1.0, 3.0):
-        for scale in ch08.LR_SCALES:
-            assert isinstance(e.render(strict=True, theta=theta, lr_scale=scale), Figure)
+# ----------------------------------------------------------------------------- centerpiece (8.5)
+def test_share_explorable_keeps_its_promises():
+    e = ch08.share_explorable()
+    assert isinstance(e, Explorable) and e.main == "share" and len(e.main_slider.values) >= MIN_MAIN_VALUES
+    assert e.narrow == "panels" and len(e.promises) == 4 and not e.broken_promises()
+    for share in (0, 6, 100):
+        for partner in ch08.PARTNERS:
+            assert isinstance(e.render(strict=True, share=share, partner=partner), Figure)
 
 
-def test_rotation_explorable_promises_can_fail():
-    """The old caption said the equivariant optimizers 'stay near the float64 floor whatever the
-    angle' and that Adam's gap grows with θ: over the full grid both are false."""
-    muon = [ch08._max_gap(t, 3.0, "Muon") for t in ch08.THETAS]
-    assert not always(lambda g: g < 1e-10, "below 1e-10")(muon)           # Muon at 3x: ~1e-5
-    assert any(not ch08.GrowsUpTo(3.0)([ch08.adam_gap(t, s) for t in ch08.THETAS]) for s in ch08.LR_SCALES)
-    assert ch08.GrowsUpTo(1.0)([ch08.adam_gap(t, 1.0) for t in ch08.THETAS])
+def test_share_explorable_promises_can_fail():
+    """The promises are not vacuous: a larger gap at share 0, growth for Muon or a partner
+    matrix that stays put would break them, and the grid has such values."""
+    assert ch08.untouched(4, "Iso")[1] > 1e-10                    # share 0 is special
+    muon = [ch08.largest_gap(s, "Muon") for s in ch08.SHARES]
+    assert not ch08.GrowsFor(("Muon",))(muon)                      # Muon's gap does not grow
+    assert ch08.GrowsFor(("SGD",))([ch08.largest_gap(s, "SGD") for s in ch08.SHARES])
+    assert ch08.partner_drift(0, "Muon")[1] < 1e-10                # no Adam: nothing drifts
 
 
-def test_rotation_explorable_fits_the_website_budget():
-    e = ch08.rotation_explorable()
+def test_mixed_optimizer_gives_adam_exactly_the_chosen_matrices():
+    net = ch08.network()
+    for partner in ch08.PARTNERS:
+        for k in (0, 3, 8):
+            opt = ch08.mixed_optimizer(partner, k)(net)
+            chosen = {id(net.get_submodule(n).weight) for n in ch08.ADAM_ORDER[:k]}
+            groups = opt.opts if hasattr(opt, "opts") else [opt]
+            adam = set()
+            for o in groups:
+                for g in o.param_groups:
+                    if isinstance(o, torch.optim.Adam) or g.get("algorithm") == "adam":
+                        adam |= {id(p) for p in g["params"] if p.ndim == 2}
+            assert adam == chosen if k < 8 or partner == "SGD" else adam >= chosen, (partner, k)
+            getattr(opt, "remove_hooks", lambda: None)()
+    assert ch08.SHARES == (0, 4, 6, 22, 37, 53, 69, 84, 100)
+
+
+def test_share_grid_says_what_the_section_says():
+    grid = ch08.share_grid()
+    for p in ch08.PARTNERS:
+        assert grid[p, 0].gap.max() < 1e-10 and grid[p, 4].gap.max() > 1e-3
+        assert grid[p, 100].gap.max() > 0.05
+    assert grid["Muon", 4].gap.max() > 0.05                          # one matrix: Muon far apart already
+
+
+def test_share_explorable_fits_the_website_budget():
+    e = ch08.share_explorable()
     assert len(e.static_html()) <= 2_000_000
 
 
-def test_saved_rotation_runs_are_what_the_code_computes():
-    """Recompute one grid point of ``scripts/ch08_rotation_runs.py`` and compare with the file."""
-    saved = ch08.rotation_runs()
-    theta, scale = 0.5, 0.3
-    i, j = ch08.THETAS.index(theta), ch08.LR_SCALES.index(scale)
-    for k, name in enumerate(ch08.NAMES):
-        run = ch08.rotation_run(name, theta, scale)
-        gap, loss = run.gap.numpy(), run.loss.numpy()
-        np.testing.assert_allclose(loss, saved["loss"][i, j, k], rtol=1e-8, err_msg=name)
-        if name in ch08.ELEMENTWISE:
-            np.testing.assert_allclose(gap[1:], saved["gap"][i, j, k, 1:], rtol=1e-6, err_msg=name)
-        else:  # rounding-level gaps: their digits depend on the CPU, their size does not
-            assert gap.max() < 1e-10 and saved["gap"][i, j, k].max() < 1e-10, name
-    assert (saved["gap"][0] == 0).all()          # θ = 0: the twin is the network itself
+def test_matrix_drift_is_zero_for_the_untrained_twin():
+    net, twin = ch08._net_and_twin()
+    drift = ch08.matrix_drift(net, twin, ch08._rotation())
+    assert set(drift) == set(ch08.STREAM_ORDER) and max(drift.values()) < 1e-14
+
+
+# ----------------------------------------------------------------------------- 8.3: a careless exact msign
+def test_plain_svd_msign_is_not_equivariant_on_a_rank_deficient_gradient():
+    gen = generator(0)
+    M = torch.randn(16, 8, generator=gen, dtype=torch.float64) @ torch.randn(8, 32, generator=gen,
+                                                                             dtype=torch.float64)
+    Q = linalg.random_orthogonal(16, generator(1))
+    plain = ch08.plain_svd_msign(Q.T @ M) - Q.T @ ch08.plain_svd_msign(M)
+    exact = linalg.msign(Q.T @ M) - Q.T @ linalg.msign(M)
+    assert plain.norm() > 0.1 and exact.norm() < 1e-12
+    full = torch.randn(16, 32, generator=gen, dtype=torch.float64)    # full rank: the two agree
+    torch.testing.assert_close(ch08.plain_svd_msign(full), linalg.msign(full), rtol=0, atol=1e-12)
+    assert ch08.plain_svd_run(steps=20).gap.max().item() > 1e-4
 
 
 def test_saved_muon_controls_are_what_the_code_computes():
@@ -137,34 +167,3 @@ def test_saved_muon_controls_are_what_the_code_computes():
     assert saved["no momentum", "twin"].max() > 1e-3 and saved["no momentum", "shadow"].max() / 1e-12 > 1000
 
 
-def test_explorable_shows_the_angle_and_theta_zero():
-    """The right panel carries what the main slider changes (each optimizer's largest gap
-    at every θ, the chosen θ marked), so θ = 0 is a frame with content, not a message:
-    its left panel says why there are no curves and names the optimizers."""
-    e = ch08.rotation_explorable()
-    fig = e.render(strict=True, theta=0.0, lr_scale=1.0)
-    left, right = fig.axes
-    texts = " ".join(t.get_text() for t in left.texts)
-    assert "exactly 0" in texts and left.get_legend() is not None
-    assert len(right.lines) == len(ch08.NAMES) + 1          # one curve per optimizer and the marker
-    gaps = ch08.max_gaps(1.0)
-    assert all(g[0] == 0 for g in gaps.values())            # θ = 0: the twin is the network
-    assert gaps["Adam"][ch08.THETAS.index(1.0)] > 1e3 * gaps["Muon"][ch08.THETAS.index(1.0)]
-
-
-def test_things_to_try_of_section_8_7():
-    """The section's things to try, on the stored grid: Adam's largest gap grows roughly in
-    proportion to θ up to 0.2 (gap/θ within a factor 1.5) and levels off beyond θ = 1 (the
-    gap at θ = 3 within 30% of the gap at θ = 1); at three times its learning rate Muon's
-    gap climbs to about 1e-5 and Iso's run diverges within ten steps at every θ > 0."""
-    for scale in ch08.LR_SCALES:
-        per_radian = [ch08.adam_gap(t, scale) / t for t in ch08.THETAS if 0 < t <= 0.2]
-        assert max(per_radian) / min(per_radian) < 1.5
-        assert abs(ch08.adam_gap(3.0, scale) / ch08.adam_gap(1.0, scale) - 1) < 0.3
-    muon = [ch08._max_gap(t, 3.0, "Muon") for t in ch08.THETAS[1:]]
-    assert 1e-6 < max(muon) < 1e-4
-    d = ch08.rotation_runs()
-    j, k = ch08.LR_SCALES.index(3.0), ch08.NAMES.index("Iso")
-    for i, theta in enumerate(ch08.THETAS):
-        if theta > 0:
-            assert np.flatnonzero(np.isfinite(d["gap"][i, j, k]))[-1] < 10

@@ -7,7 +7,7 @@ from isolab.book.figures import saved
 
 
 def test_the_checkout_copy_is_found_first():
-    assert saved.saved_result("ch08_rotation_runs.npz") == saved.LOCAL / "ch08_rotation_runs.npz"
+    assert saved.saved_result("ch08_muon_controls.npz") == saved.LOCAL / "ch08_muon_controls.npz"
 
 
 def test_a_missing_result_names_what_to_do(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ import torch
 from matplotlib.figure import Figure
 
 from isolab.book import feature_step, features
-from isolab.book.explorable import Explorable, Promise, Slider, always, nonincreasing
+from isolab.book.explorable import Explorable, Promise, Slider, always, nondecreasing, nonincreasing
 from isolab.book.figures import style
 from isolab.book.plotting import log_ticks
 from isolab.book.seeding import generator
@@ -206,11 +206,13 @@ def alignment_figure(table: np.ndarray | None = None, curves: dict | None = None
     style.colorbar(fig, image, ax_map, "cos(ΔY, −G)")
 
     curve_kappas = sorted({kappa for kappa, _ in curves})
-    colours = dict(zip(curve_kappas, [style.ROLES["data"], style.ROLES["highlight"]]))
+    colours = dict(zip(curve_kappas, style.sequence(len(curve_kappas), start=0.05, stop=0.6)))
     markers = dict(zip(sorted({d for _, d in curves}), "os^D"))
+    # the widths' curves lie on each other: their markers are dodged sideways (by 2^±0.15) to stay visible
+    dodge = dict(zip(sorted(markers), 2.0 ** (0.15 * (np.arange(len(markers)) - (len(markers) - 1) / 2))))
     for (kappa, d), cos in curves.items():
-        ax_curve.plot(ratios, cos, marker=markers[d], color=colours[kappa], markersize=5, lw=1.6,
-                      mfc=style.ROLES["background"] if d != min(markers) else colours[kappa])
+        ax_curve.plot(np.asarray(ratios) * dodge[d], cos, marker=markers[d], color=colours[kappa], markersize=5,
+                      lw=1.6, mfc=style.ROLES["background"] if d != min(markers) else colours[kappa])
     for kappa in curve_kappas:
         last = np.mean([c[-1] for (k, _), c in curves.items() if k == kappa])
         ax_curve.annotate(f"κ = {kappa:g}", (ratios[-1], last), xytext=(6, 0), textcoords="offset points",
@@ -279,160 +281,210 @@ def bias_figure(b: int = 32, d_in: int = 128) -> Figure:
     return fig
 
 
-# ----------------------------------------------------------------------- explorable
-EXPLORABLE_D_IN = 32
-EXPLORABLE_D_OUT = 8
-#: The explorable's main slider, b / d_in: 1/8 to 8 (batches of 4 to 256 at d_in = 32).
-EXPLORABLE_RATIOS = (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0)
-EXPLORABLE_KAPPAS = (1, 10, 100, 1000, 10_000)
-#: Batches averaged for the cosine (the same batches, grown by adding rows, at every ratio).
-EXPLORABLE_DRAWS = 16
-_SHOWN = 160             # entries of ΔY and −G drawn in the middle panel
-_FLOOR = 1e-3            # where the Gram spectrum's zero eigenvalues are drawn on the log axis
+# ------------------------------------------------------------- the centerpiece (§1.5)
+CENTER_D_IN = 32
+CENTER_D_OUT = 8
+#: The main slider, κ(Σ): nine values, half a decade apart, from 1 to 10⁴.
+CENTER_KAPPAS = (1, 3, 10, 30, 100, 300, 1000, 3000, 10_000)
+#: b / d_in: a wide layer, a square one, a batch four times the width (b = 8, 32, 128).
+CENTER_RATIOS = (0.25, 1.0, 4.0)
+#: The two models of the upstream gradient G.
+G_MODELS = ("null model", "teacher")
+#: Batches averaged at each setting (the same samples, stretched by κ and grown by b).
+CENTER_DRAWS = 16
+_ENTRIES = 256           # entries of ΔY and −G drawn in the right panel
+_CLIP = 4.0              # the right panel's axes, in units of each matrix's RMS entry
 
 
-class RatioAlignment(NamedTuple):
-    """What the explorable draws at one setting (and what its promises measure)."""
+class GramStep(NamedTuple):
+    """What the centerpiece draws at one setting (and what its promises measure)."""
 
     batch: int
-    eigenvalues: np.ndarray   # of XX^T / d_in for the first batch, largest first
-    zeros: int                # eigenvalues that are zero to rounding (of the first batch)
-    target: np.ndarray        # entries of -G / ||G|| (first batch)
-    move: np.ndarray          # the same entries of ΔY / ||ΔY||
-    cos: float                # cos(ΔY, -G), mean over the batches
-    reach: float              # ||P_X G|| / ||G||, mean over the batches: what any weight step can reach
+    eigenvalues: np.ndarray   # of XXᵀ/d_in, largest first, mean over the batches at each rank
+    zeros: int                # eigenvalues that are exactly zero (b − d_in when b > d_in)
+    g_share: np.ndarray       # share of ‖G‖² along each eigenvector, same order, mean over batches
+    step_share: np.ndarray    # share of ‖ΔY‖² along each eigenvector
+    target: np.ndarray        # entries of −G / RMS (first batch)
+    move: np.ndarray          # the same entries of ΔY / RMS
+    cos: float                # cos(ΔY, −G), mean over the batches
+    formula: float            # E[λ] / √E[λ²] under G's energy, mean over the batches
+    top_share: float          # share of ‖ΔY‖² on the top eighth of the eigenvectors
 
 
-@lru_cache(maxsize=8)
-def _explorable_draws(kappa: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``EXPLORABLE_DRAWS`` batches of the largest size and their upstream gradients; a
-    smaller batch is the first rows of these, so moving the ratio adds samples to the same
-    batches (what changes is b, not the luck of the draw)."""
+@lru_cache(maxsize=2)
+def _center_draws() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Standard normal samples ``Z`` (the largest batch), a null-model gradient and a
+    teacher ``W*`` per batch. A setting scales ``Z`` by the square roots of κ's spectrum
+    and takes its first ``b`` rows: moving κ stretches the same samples, moving b adds
+    samples to the same batches."""
     gen = generator(8)
-    largest = round(EXPLORABLE_RATIOS[-1] * EXPLORABLE_D_IN)
-    X = features.gaussian_features(largest, EXPLORABLE_D_IN, kappa, generator=gen, sample_shape=(EXPLORABLE_DRAWS,))
-    G = torch.randn(EXPLORABLE_DRAWS, largest, EXPLORABLE_D_OUT, generator=gen, dtype=torch.float64)
-    return X, G
+    largest = round(CENTER_RATIOS[-1] * CENTER_D_IN)
+    Z = torch.randn(CENTER_DRAWS, largest, CENTER_D_IN, generator=gen, dtype=torch.float64)
+    G_null = torch.randn(CENTER_DRAWS, largest, CENTER_D_OUT, generator=gen, dtype=torch.float64)
+    W_star = torch.randn(CENTER_DRAWS, CENTER_D_IN, CENTER_D_OUT, generator=gen, dtype=torch.float64)
+    return Z, G_null, W_star
 
 
-@lru_cache(maxsize=256)
-def ratio_alignment_state(ratio: float, kappa: float) -> RatioAlignment:
-    r"""The explorable's one computation at ``b = ratio · d_in``: the Gram spectrum, the
-    feature move :math:`\Delta Y = -XX^\top G` against :math:`-G` (first batch), and the
-    mean cosine and mean reachable share :math:`\|P_X G\|_F/\|G\|_F` over the batches."""
-    batch = round(ratio * EXPLORABLE_D_IN)
-    X_all, G_all = _explorable_draws(float(kappa))
-    X, G = X_all[:, :batch], G_all[:, :batch]
-    eigenvalues = torch.linalg.eigvalsh(feature_step.gram(X[0]) / EXPLORABLE_D_IN).flip(0).clamp_min(0).numpy()
-    zeros = int((eigenvalues < 1e-10 * eigenvalues[0]).sum())
+def gradient_model(X: torch.Tensor, model: str, null: torch.Tensor, W_star: torch.Tensor) -> torch.Tensor:
+    r"""The upstream gradient ``G`` of one model: the null model's ``null`` (unrelated to
+    ``X``), or the teacher's :math:`G = XW - T = -XW^\ast` (squared loss
+    :math:`\tfrac12\|XW - T\|_F^2`, realizable targets :math:`T = XW^\ast`, at :math:`W = 0`)."""
+    if model == "null model":
+        return null
+    if model == "teacher":
+        return -X @ W_star
+    raise ValueError(f"model must be one of {G_MODELS}, got {model!r}")
+
+
+def energy_formula(eigenvalues: torch.Tensor, share: torch.Tensor) -> torch.Tensor:
+    r""":math:`\mathbb E[\lambda]/\sqrt{\mathbb E[\lambda^2]}` with the expectations taken
+    under ``share`` (weights summing to 1 along the last axis): the cosine between
+    :math:`KG` and :math:`G` when :math:`K` has eigenvalues ``eigenvalues`` and :math:`G`
+    puts the shares ``share`` of its energy on the matching eigenvectors."""
+    return (eigenvalues * share).sum(-1) / (eigenvalues.square() * share).sum(-1).sqrt()
+
+
+@lru_cache(maxsize=64)
+def gram_step(kappa: float, ratio: float, model: str) -> GramStep:
+    r"""The centerpiece's one computation at a setting: the Gram spectrum of
+    :math:`XX^\top/d_{in}`, the shares of :math:`\|G\|_F^2` and of :math:`\|\Delta Y\|_F^2`
+    along its eigenvectors, the entries of :math:`\Delta Y = -XX^\top G` against those of
+    :math:`-G`, the mean cosine and the same cosine from the eigen-decomposition."""
+    Z, null, W_star = _center_draws()
+    batch = round(ratio * CENTER_D_IN)
+    X = Z[:, :batch] * features.spectrum(CENTER_D_IN, kappa).sqrt()
+    G = gradient_model(X, model, null[:, :batch], W_star)
+    lam, U = torch.linalg.eigh(feature_step.gram(X) / CENTER_D_IN)
+    lam, U = lam.flip(-1), U.flip(-1)                       # largest first
+    zeros = max(0, batch - CENTER_D_IN)
+    if zeros:
+        lam[..., -zeros:] = 0.0                             # exactly zero: rank ≤ d_in
+    energy = (U.mT @ G).square().sum(-1)                    # ‖u_kᵀ G‖² per eigenvector
+    share = energy / energy.sum(-1, keepdim=True)
+    step = lam.square() * share
+    step_share = step / step.sum(-1, keepdim=True)
     dY = feature_step.feature_change(X[0], G[0], lr=1.0)
-    target = (-G[0] / torch.linalg.matrix_norm(G[0])).flatten()[:_SHOWN].numpy()
-    move = (dY / torch.linalg.matrix_norm(dY)).flatten()[:_SHOWN].numpy()
-    cos = alignment(X, G).mean().item()
-    Q, _ = torch.linalg.qr(X)                      # orthonormal bases of the column spaces
-    reach = (torch.linalg.matrix_norm(Q @ (Q.mT @ G)) / torch.linalg.matrix_norm(G)).mean().item()
-    return RatioAlignment(batch, eigenvalues, zeros, target, move, cos, reach)
+    rms = lambda M: M / M.square().mean().sqrt()            # noqa: E731
+    top = max(1, batch // 8)
+    return GramStep(batch, lam.mean(0).numpy(), zeros, share.mean(0).numpy(), step_share.mean(0).numpy(),
+                    rms(-G[0]).flatten()[:_ENTRIES].numpy(), rms(dY).flatten()[:_ENTRIES].numpy(),
+                    alignment(X, G).mean().item(), energy_formula(lam, share).mean().item(),
+                    step_share[:, :top].sum(-1).mean().item())
 
 
-def _draw_gram_alignment(fig, ratio, kappa):
-    d_in = EXPLORABLE_D_IN
-    s = ratio_alignment_state(ratio, kappa)
-    ax_spec, ax_align, ax_curve = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 0.9, 1.1]})
+@lru_cache(maxsize=1)
+def _spectrum_floor() -> float:
+    """A power of ten below the smallest nonzero eigenvalue anywhere on the grid: the
+    left panel's fixed lower limit (nothing is clipped there)."""
+    smallest = min(float(s.eigenvalues[: s.batch - s.zeros].min())
+                   for k in CENTER_KAPPAS for r in CENTER_RATIOS for s in [gram_step(k, r, G_MODELS[0])])
+    return 10.0 ** math.floor(math.log10(smallest))
 
+
+def _draw_gram_step(fig, kappa, ratio, model):
+    s = gram_step(kappa, ratio, model)
+    ax_spec, ax_share, ax_move = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1]})
     rank = s.batch - s.zeros
-    x = (np.arange(rank) + 0.5) / s.batch
-    ax_spec.plot(x, np.maximum(s.eigenvalues[:rank], _FLOOR), "o-", ms=3 if rank <= 64 else 0, lw=1.5,
-                 color=style.ROLES["data"])
+    x = (np.arange(s.batch) + 0.5) / s.batch
+    floor = _spectrum_floor()
+    steepest, step = style.ROLES["target"], style.ROLES["highlight"]
+
+    ax_spec.plot(x[:rank], s.eigenvalues[:rank], "o-", ms=3 if rank <= 32 else 0, lw=1.8, color=style.ROLES["data"])
     ax_spec.axhline(1.0, color=style.ROLES["bound"], lw=1, ls=":", zorder=0)
+    for ax in (ax_spec, ax_share):
+        ax.set_yscale("log")
+        ax.set(xlim=(0, 1), xticks=[0, 0.5, 1], xticklabels=["0", "½", "1"], xlabel="rank k / b")
+        if s.zeros:
+            ax.axvspan(rank / s.batch, 1, color=style.ROLES["muted"], alpha=0.45, lw=0)
     if s.zeros:
-        ax_spec.axvspan(rank / s.batch, 1, color=style.ROLES["muted"], alpha=0.5, lw=0)
-        ax_spec.text(1 - s.zeros / (2 * s.batch), 3 * _FLOOR, f"{s.zeros}\nzeros", ha="center", va="bottom",
+        ax_spec.text(1 - s.zeros / (2 * s.batch), floor * 3, f"{s.zeros}\nzero λ", ha="center", va="bottom",
                      color=style.ROLES["ink"])
-    ax_spec.set_yscale("log")
-    log_ticks(ax_spec.yaxis, [-3, -2, -1, 0, 1, 2])
-    ax_spec.set(xlim=(0, 1), ylim=(_FLOOR / 2, 300), xticks=[0, 0.5, 1], xticklabels=["0", "½", "1"],
-                xlabel="eigenvalue rank / b", ylabel="eigenvalue of XXᵀ / d_in")
-    ax_spec.set_title(f"Gram spectrum\nb = {s.batch}, d_in = {d_in}", loc="left", fontsize=style.FONT_SIZE)
+    lo = round(math.log10(floor))
+    log_ticks(ax_spec.yaxis, range(lo + (lo % 2), 3, 2))
+    ax_spec.set(ylim=(floor, 200), ylabel="eigenvalue λ of XXᵀ/d_in")
+    ax_spec.set_title(f"Gram spectrum\nκ = {kappa:g}, b = {s.batch}", loc="left", fontsize=style.FONT_SIZE)
 
-    lim = 1.1 * max(np.abs(s.target).max(), np.abs(s.move).max())
-    ax_align.plot([-lim, lim], [-lim, lim], color=style.ROLES["bound"], lw=1)
-    ax_align.scatter(s.target, s.move, s=6, color=style.ROLES["highlight"])
-    ax_align.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xticks=[], yticks=[],
-                 xlabel="steepest move −G", ylabel="gradient step ΔY")
-    ax_align.set_title("entries of ΔY\nagainst −G", loc="left", fontsize=style.FONT_SIZE)
+    ax_share.step(x, np.maximum(s.g_share, 1e-12), where="mid", color=steepest, ls="--", lw=1.6)
+    shown = x[:rank]
+    ax_share.step(shown, np.maximum(s.step_share[:rank], 1e-12), where="mid", color=step, lw=2.0)
+    log_ticks(ax_share.yaxis, [-6, -4, -2, 0])
+    ax_share.set(ylim=(1e-7, 60), ylabel="share of ‖·‖² on eigenvector k")
+    ax_share.text(0.03, 0.98, "−G (dashed)", color=steepest, ha="left", va="top", transform=ax_share.transAxes)
+    ax_share.text(0.97, 0.98, "ΔY", color=style.text_color(step), ha="right", va="top", transform=ax_share.transAxes,
+                  fontweight="bold")
+    if s.zeros:
+        lost = float(s.g_share[rank:].sum())
+        ax_share.text(1 - s.zeros / (2 * s.batch), 3e-7, f"{lost:.0%} of\n‖G‖²", ha="center", va="bottom",
+                      color=style.ROLES["ink"])
+    ax_share.set_title(f"energy shares\nG: {model}", loc="left", fontsize=style.FONT_SIZE)
 
-    ratios = np.array(EXPLORABLE_RATIOS)
-    reference = [ratio_alignment_state(r, 1).cos for r in ratios]
-    curve = [ratio_alignment_state(r, kappa).cos for r in ratios]
-    past = ratios[ratios >= 1]
-    ax_curve.plot(past, 1 / np.sqrt(past), "--", color=style.ROLES["bound"], lw=1.5)
-    if kappa != 1:
-        ax_curve.plot(ratios, reference, color=style.ROLES["muted"], lw=1.5)
-        ax_curve.text(ratios[0], reference[0] + 0.05, "κ = 1", color=style.ROLES["bound"], va="bottom")
-    ax_curve.plot(ratios, curve, "o-", ms=4, color=style.ROLES["data"], lw=1.8)
-    ax_curve.plot([ratio], [s.cos], "o", ms=10, color=style.ROLES["highlight"], zorder=5)
-    ax_curve.set_xscale("log", base=2)
-    ax_curve.set_xticks([0.125, 0.5, 2, 8], ["1/8", "1/2", "2", "8"])
-    ax_curve.minorticks_off()
-    ax_curve.set(ylim=(0, 1.05), xlabel="b / d_in", ylabel="cos(ΔY, −G)")
-    ax_curve.text(1.15, 1.0, "√(d_in/b)", color=style.ROLES["bound"], ha="left", va="center")
-    reach = f"reachable share {s.reach:.2f}" if s.batch > d_in else "all of −G reachable"
-    ax_curve.set_title(f"mean cos = {s.cos:.2f}\n{reach}", loc="left", fontsize=style.FONT_SIZE)
+    lim = _CLIP
+    ax_move.plot([-lim, lim], [-lim, lim], color=style.ROLES["bound"], lw=1)
+    ax_move.scatter(np.clip(s.target, -lim, lim), np.clip(s.move, -lim, lim), s=6, color=step)
+    ax_move.set(xlim=(-lim * 1.05, lim * 1.05), ylim=(-lim * 1.05, lim * 1.05), aspect="equal", xticks=[], yticks=[],
+                xlabel="entry of −G", ylabel="entry of ΔY")
+    ax_move.set_title(f"ΔY against −G\ncos = {s.cos:.2f}", loc="left", fontsize=style.FONT_SIZE)
 
 
 CAPTION = (
-    "Raise b/d_in: the cosine falls as b/d_in grows (right), the Gram spectrum spreads (left), "
-    "and past b = d_in the Gram matrix has b − d_in zero eigenvalues and the cosine stays below "
-    "the reachable share ‖P_X G‖/‖G‖ of the steepest move. Raise κ: the eigenvalues spread over more "
-    "decades, the entries of ΔY leave the diagonal (middle), and the cosine is lower than at κ = 1."
+    "Drag κ, the condition number of Σ. λ: the eigenvalues of XXᵀ/d_in (grey: zero); dashed and orange: the "
+    "shares of ‖−G‖² and ‖ΔY‖² on each eigenvector. ΔY = −XXᵀG multiplies G's part on an eigenvector by its λ, so "
+    "the top eighth of the eigenvectors gains ΔY's energy as κ grows, and the cosine equals E[λ]/√E[λ²] "
+    "(averages weighted by G's shares). Under the null model (G unrelated to X) the cosine falls as κ grows; "
+    "the teacher's gradient −XW* (squared loss, targets XW*, W = 0) puts no energy on the zero eigenvalues, "
+    "and the teacher's cosine stays above the null model's."
 )
 
 
-def _cosine(ratio, kappa):
-    return ratio_alignment_state(ratio, kappa).cos
+def _null_cos(kappa, ratio, model):
+    """The null model's cosine (whatever the toggle shows): must not rise with κ."""
+    return gram_step(kappa, ratio, G_MODELS[0]).cos
 
 
-def _zeros_beyond_width(ratio, kappa):
-    """Zero eigenvalues minus max(0, b − d_in) (must be 0)."""
-    s = ratio_alignment_state(ratio, kappa)
-    return s.zeros - max(0, s.batch - EXPLORABLE_D_IN)
+def _formula_gap(kappa, ratio, model):
+    s = gram_step(kappa, ratio, model)
+    return abs(s.cos - s.formula)
 
 
-def _excess_past_width(ratio, kappa):
-    """cos − reachable share when b > d_in (must be ≤ 0); 0 below the width, where the promise says nothing."""
-    s = ratio_alignment_state(ratio, kappa)
-    return s.cos - s.reach if s.batch > EXPLORABLE_D_IN else 0.0
+def _teacher_on_zeros(kappa, ratio, model):
+    s = gram_step(kappa, ratio, G_MODELS[1])
+    return float(s.g_share[s.batch - s.zeros:].sum())
 
 
-def _cost_of_kappa(ratio, kappa):
-    """cos at this κ minus cos at κ = 1, same b (must be ≤ 0)."""
-    return ratio_alignment_state(ratio, kappa).cos - ratio_alignment_state(ratio, 1).cos
+def _teacher_margin(kappa, ratio, model):
+    return gram_step(kappa, ratio, G_MODELS[1]).cos - gram_step(kappa, ratio, G_MODELS[0]).cos
 
 
-def gram_alignment() -> Explorable:
-    """Section 1.8: the Gram spectrum, the feature move against the steepest one and the
-    mean cosine, as the batch-to-width ratio b / d_in (main slider, 1/8 to 8) and the
-    condition number κ of Σ (1 to 10⁴) change."""
+def _top_share(kappa, ratio, model):
+    return gram_step(kappa, ratio, model).top_share
+
+
+def gram_step_explorable() -> Explorable:
+    """Section 1.5's centerpiece: κ(Σ) (main slider, 1 to 10⁴), b / d_in and the model of
+    G move the Gram spectrum, where G's and ΔY's energy sit along its eigenvectors, and the
+    entries of ΔY against −G."""
     return Explorable(
-        _draw_gram_alignment,
-        [Slider("ratio", list(EXPLORABLE_RATIOS), label="b / d_in", default=0.5),
-         Slider("kappa", list(EXPLORABLE_KAPPAS), label="κ(Σ)", default=100)],
-        main="ratio",
-        figsize=(style.COLUMN_WIDTH, 3.1),
+        _draw_gram_step,
+        [Slider("kappa", list(CENTER_KAPPAS), label="κ(Σ)", default=100),
+         Slider("ratio", list(CENTER_RATIOS), label="b / d_in", default=1.0),
+         Slider("model", list(G_MODELS), label="G")],
+        main="kappa",
+        figsize=(style.COLUMN_WIDTH, 3.3),
         static_colors=16,
         narrow="panels",      # on a phone the three panels stack, each the column's width
         caption=CAPTION,
-        alt=("The alignment of a gradient step falls as the batch grows relative to the width, and falls "
-             "further as the condition number grows."),
+        alt=("Dragging the condition number spreads the Gram spectrum, moves the feature step's energy onto the "
+             "top eigenvectors and pulls the step away from the steepest move."),
         promises=[
-            Promise("the cosine falls as b/d_in grows", _cosine, nonincreasing()),
-            Promise("the Gram matrix has b − d_in zero eigenvalues", _zeros_beyond_width,
-                    always(lambda v: v == 0, "zeros = max(0, b - d_in)")),
-            Promise("the cosine stays below the reachable share", _excess_past_width,
-                    always(lambda v: v <= 1e-12, "cos <= ||P_X G||/||G||")),
-            Promise("the cosine is lower than at κ = 1", _cost_of_kappa, always(lambda v: v <= 1e-12, "cos(κ) <= cos(1)")),
+            Promise("the top eighth of the eigenvectors gains ΔY's energy as κ grows", _top_share, nondecreasing()),
+            Promise("the cosine equals E[λ]/√E[λ²]", _formula_gap, always(lambda v: v < 1e-12, "|cos − formula| < 1e-12")),
+            Promise("the null model (G unrelated to X) the cosine falls as κ grows", _null_cos, nonincreasing()),
+            Promise("puts no energy on the zero eigenvalues", _teacher_on_zeros,
+                    always(lambda v: v < 1e-20, "teacher's share on zero λ < 1e-20")),
+            Promise("the teacher's cosine stays above the null model's", _teacher_margin,
+                    always(lambda v: v > 0, "cos(teacher) > cos(null)")),
         ],
     )
 
 
-EXPLORABLES = (gram_alignment,)
+EXPLORABLES = (gram_step_explorable,)

@@ -84,14 +84,14 @@ def hero(d: int = 2, batches: Sequence[int] = (2, 3, 4, 8), seed: int = 13) -> F
         eig_rand = torch.linalg.eigvalsh(rand @ rand.T).flip(0).clamp_min(0).numpy()
         bottom.bar(index, eig_best, width=0.7, color=HIGHLIGHT)
         bottom.plot(index, eig_rand, "o", color=DATA, ms=6, mfc="none", mew=2)
-        bottom.set(xticks=index if b <= 4 else [1, 2, b], ylim=(0, 1.25 * max(eig_best.max(), eig_rand.max(), 1)),
+        bottom.set(xticks=index if b <= 4 else [1, 2, b], ylim=(0, 1.7 * max(eig_best.max(), eig_rand.max(), 1)),
                    xlim=(0.4, b + 0.6))
         bottom.set_xlabel("eigenvalue index")
         shape = "XXᵀ = I" if b <= d else f"XXᵀ = {b // d if b % d == 0 else f'{b}/{d}'}·P"
         bottom.set_title(shape, loc="center", color=style.text_color(HIGHLIGHT), fontsize=style.FONT_SIZE)
         iso_best, iso_rand = isotropy.feature_isotropy(best).item(), isotropy.feature_isotropy(rand).item()
         bottom.text(0.98, 0.97, f"isotropy\n{iso_best:.2f} best\n{iso_rand:.2f} random", transform=bottom.transAxes,
-                    ha="right", va="top", fontsize=SMALL, linespacing=1.15)
+                    ha="right", va="top", fontsize=style.FONT_SIZE, linespacing=1.15)
         if col == 0:
             bottom.set_ylabel("eigenvalue of XXᵀ")
     fig.text(0.08, 0.965, "Unit vectors in the plane: best possible (arrows) and random (dots)", fontsize=style.FONT_SIZE + 1,
@@ -115,11 +115,11 @@ def norm_shell(norms: Mapping[int, torch.Tensor], shown: Sequence[int] = (2, 8, 
         exact = math.sqrt(d) * isotropy.norm_density(torch.from_numpy(radii) * math.sqrt(d), d).numpy()
         ax_hist.plot(radii, exact, color=color, lw=2.5)
         peak = int(np.argmax(exact))
-        ax_hist.text(radii[peak] + 2.0 / math.sqrt(2 * d), 0.7 * exact[peak], f"d = {d}", color=color,
-                     fontsize=SMALL, va="center")
+        ax_hist.text(radii[peak] + 2.0 / math.sqrt(2 * d), 0.7 * exact[peak], f"d = {d}",
+                     color=style.text_color(color), fontsize=style.FONT_SIZE, va="center")
     ax_hist.set(xlim=(0, 2.2), xlabel="‖x‖ / √d", ylabel="density", yticks=[])
     ax_hist.text(2.15, 0.97 * ax_hist.get_ylim()[1], "lines: exact\nsteps: 10,000 draws", ha="right", va="top",
-                 fontsize=SMALL)
+                 fontsize=style.FONT_SIZE)
     ax_hist.set_title("A thin shell of radius √d")
 
     dims = np.array(sorted(norms))
@@ -154,13 +154,14 @@ def right_angles(angles: Mapping[int, torch.Tensor], shown: Sequence[int] = (3, 
         ax_hist.stairs(counts, edges, color=color, lw=1, alpha=0.6)
         exact = (math.pi / 180) * isotropy.angle_density(torch.from_numpy(np.radians(grid)), d).numpy()
         ax_hist.plot(grid, exact, color=color, lw=2.5)
-        ax_hist.text(90 + 1.6 * math.degrees(1 / math.sqrt(d)) + 3, exact[180] * 0.7, f"d = {d}", color=color,
-                     fontsize=SMALL, va="center")
+        ax_hist.text(90 + 1.6 * math.degrees(1 / math.sqrt(d)) + 3, exact[180] * 0.7, f"d = {d}",
+                     color=style.text_color(color), fontsize=style.FONT_SIZE, va="center")
     ax_hist.axvline(90, color=BOUND, ls="--", lw=1.5)
     ax_hist.set(xlim=(0, 180), xticks=[0, 45, 90, 135, 180], xlabel="angle between two samples (°)",
                 ylabel="density", yticks=[])
     ax_hist.set_title("Independent vectors are nearly orthogonal")
-    ax_hist.text(3, 0.97 * ax_hist.get_ylim()[1], "lines: exact\nsteps: 19,900 pairs", va="top", fontsize=SMALL)
+    ax_hist.text(3, 0.97 * ax_hist.get_ylim()[1], "lines: exact\nsteps: 19,900 pairs", va="top",
+                 fontsize=style.FONT_SIZE)
 
     dims = np.array(sorted(angles))
     sd = np.array([angles[d].std().item() for d in dims])
@@ -173,7 +174,8 @@ def right_angles(angles: Mapping[int, torch.Tensor], shown: Sequence[int] = (3, 
     ax_sd.set_yticks([1, 3, 10, 30], ["1°", "3°", "10°", "30°"])
     ax_sd.minorticks_off()
     ax_sd.set(xlabel="dimension d", ylabel="spread of the angle (sd)")
-    ax_sd.text(dims[-1], 20, "line: 57.3° / √d\ndots: simulation", ha="right", va="top", fontsize=SMALL)
+    ax_sd.text(dims[-1], 20, "line: 57.3° / √d\ndots: simulation", ha="right", va="top",
+               fontsize=style.FONT_SIZE)
     ax_sd.set_title("Spread ≈ 57.3° / √d")
     fig.tight_layout()
     return fig
@@ -341,7 +343,6 @@ B_VALUES = (16, 64, 256)
 KAPPA_VALUES = (1, 100)
 _RADII = np.linspace(0.0, 2.5, 300)
 _ANGLES = np.linspace(0.0, 180.0, 241)
-_FLOOR = 1e-3   # eigenvalues are drawn on a log axis that starts here
 _PAIRS_FROM = 128   # pairwise angles among the first 128 samples
 
 
@@ -376,6 +377,16 @@ def concentration_data(d: int, batch: int, kappa: float) -> Concentration:
                          min(batch, d) / batch)
 
 
+@functools.lru_cache(maxsize=1)
+def _spectrum_floor() -> float:
+    """A power of ten below the smallest nonzero eigenvalue of XXᵀ/d anywhere on the grid:
+    the spectrum panel's fixed lower limit, so that no eigenvalue is drawn at a false floor."""
+    smallest = min(float(data.eigenvalues[: b - data.zeros].min())
+                   for d in D_VALUES for b in B_VALUES for k in KAPPA_VALUES
+                   for data in [concentration_data(d, b, k)])
+    return 10.0 ** math.floor(math.log10(smallest))
+
+
 def draw_concentration(fig, d, batch, kappa) -> None:
     data = concentration_data(d, batch, kappa)
     ax_norm, ax_angle, ax_gram = fig.subplots(1, 3)
@@ -400,17 +411,20 @@ def draw_concentration(fig, d, batch, kappa) -> None:
     index = np.arange(1, batch + 1)
     nonzero = batch - data.zeros
     best = max(1.0, batch / d)
-    ax_gram.plot(index[:nonzero], np.maximum(data.eigenvalues[:nonzero], _FLOOR * 1.5), "o", ms=3, color=DATA)
+    floor = _spectrum_floor()
+    ax_gram.plot(index[:nonzero], data.eigenvalues[:nonzero], "o", ms=3, color=DATA)
     ax_gram.plot([1, min(batch, d)], [best, best], "--", color=BOUND, lw=1.5)
     if data.zeros:
-        ax_gram.hlines(_FLOOR * 1.5, nonzero + 1, batch, color=HIGHLIGHT, lw=4)
-        ax_gram.text(nonzero + 1, 5e-3, f"{data.zeros} zeros", color=style.text_color(HIGHLIGHT), fontsize=SMALL)
-    ax_gram.set(xscale="log", yscale="log", xlim=(0.8, 300), ylim=(_FLOOR, 1e3),
-                xlabel="index (largest first)", ylabel="eigenvalue of XXᵀ / d")
+        ax_gram.axvspan(nonzero + 0.5, batch + 0.5, color=style.ROLES["muted"], alpha=0.45, lw=0)
+        ax_gram.text(0.97, 0.05, f"{data.zeros} zeros\n(grey)", color=style.ROLES["ink"], ha="right",
+                     va="bottom", transform=ax_gram.transAxes)
+    lo = math.floor(math.log10(floor))
+    ax_gram.set(xscale="log", yscale="log", xlim=(0.8, 300), ylim=(floor, 1e3),
+                xlabel="index (largest first)", ylabel="eigenvalue of XXᵀ/d")
     ax_gram.set_xticks([1, 10, 100], ["1", "10", "100"])
-    log_ticks(ax_gram.yaxis, [-3, -1, 1, 3])
+    log_ticks(ax_gram.yaxis, [e for e in range(lo, 4) if (e - lo) % 3 == 0])
     ax_gram.minorticks_off()
-    ax_gram.set_title(f"Gram isotropy {data.gram_isotropy:.2g}\n(bound {data.bound:.2g})", fontsize=style.FONT_SIZE)
+    ax_gram.set_title(f"isotropy {data.gram_isotropy:.2f}\nbound {data.bound:.2f}", fontsize=style.FONT_SIZE)
 
 
 def _norm_sd(d, batch, kappa):
@@ -436,10 +450,16 @@ def _zeros_and_shape(d, batch, kappa):
     return data.zeros, batch, d, data.gram_isotropy, data.bound
 
 
-CAPTION = ("Move d: the same samples gain coordinates. The norm histogram narrows around 1, "
-           "the angles narrow around 90°, and the Gram isotropy rises, never above min(b, d)/b; "
-           "while d < b, exactly b − d eigenvalues of XXᵀ are zero (orange bar). "
-           "Bars: the batch; lines: the exact laws for Σ = I; dashes: the best possible spectrum.")
+def _wider_at_kappa(d, batch, kappa):
+    """How much wider the norm histogram is at κ = 100 than at κ = 1 (same samples, same b)."""
+    return _norm_sd(d, batch, 100) - _norm_sd(d, batch, 1)
+
+
+CAPTION = ("Drag d, the dimension: the same b samples gain coordinates. The norm histogram narrows around 1, "
+           "the angles narrow around 90°, and the Gram isotropy rises, never above min(b, d)/b (the isotropy "
+           "(tr XXᵀ)² / (b ‖XXᵀ‖²_F) is 1 exactly when XXᵀ ∝ I); while d < b, exactly b − d eigenvalues of XXᵀ are zero "
+           "(grey). Bars: the batch; lines: the exact laws for Σ = I; dashes: the best possible spectrum. With "
+           "κ(Σ) = 100 the norms spread wider than with κ = 1 at every d.")
 
 
 def concentration() -> Explorable:
@@ -465,7 +485,10 @@ def concentration() -> Explorable:
                                                                         "isotropy <= min(b, d)/b")),
             Promise("while d < b, exactly b − d eigenvalues of XXᵀ are zero", _zeros_and_shape,
                     always(lambda v: v[0] == max(v[1] - v[2], 0), "zero eigenvalues = max(b - d, 0)")),
+            Promise("the norms spread wider than with κ = 1 at every d", _wider_at_kappa,
+                    always(lambda v: v > 0, "sd(κ = 100) − sd(κ = 1) > 0")),
         ],
+        narrow="panels",
     )
 
 

@@ -53,39 +53,10 @@ __all__ = [
     "draw_normalizations", "normalizations", "EXPLORABLES",
 ]
 
-DATA, TARGET, BOUND, HIGHLIGHT, MUTED = (style.ROLES[k] for k in ("data", "target", "bound", "highlight", "muted"))
-SMALL = style.FONT_SIZE - 1   # the smallest text in these figures (10 pt)
-_CYCLE = style.rc()["axes.prop_cycle"].by_key()["color"]   # the book's colour-blind-safe cycle
-PAPER = matplotlib.rcParams["figure.facecolor"]              # the page: gaps between bars, text on dark cells
-
-#: How each normalization is named and drawn in this chapter (colour, marker, line style).
-METHOD_LABELS = {"none": "none", "batch": "BatchNorm", "layer": "LayerNorm", "rms": "RMSNorm", "zca": "ZCA", "pca": "PCA"}
-SHORT_LABELS = {"none": "none", "batch": "BN", "layer": "LN", "rms": "RMS", "zca": "ZCA", "pca": "PCA"}
-_METHOD_LOOK = {
-    "none": (BOUND, "o", ":"),
-    "batch": (_CYCLE[0], "s", "-"),
-    "layer": (_CYCLE[2], "^", "-."),
-    "rms": (_CYCLE[4], "v", "--"),
-    "zca": (_CYCLE[1], "o", "-"),
-    "pca": (_CYCLE[5], "D", "--"),
-}
-#: The three input variants of the training comparison, drawn like the methods above.
-VARIANT_METHOD = {"raw": "none", "batch": "batch", "zca": "zca"}
-VARIANT_LABELS = {"raw": "raw inputs", "batch": "BatchNorm (standardized)", "zca": "whitened (ZCA)"}
-
-
-def method_color(method: str) -> str:
-    return _METHOD_LOOK[method][0]
-
-
-def method_line(method: str, *, markers: bool = True, **overrides) -> dict:
-    """``ax.plot`` keyword arguments for a normalization method (see ``METHOD_LABELS``)."""
-    color, marker, ls = _METHOD_LOOK[method]
-    kwargs = dict(color=color, linestyle=ls, label=METHOD_LABELS[method])
-    if markers:
-        kwargs.update(marker=marker, markersize=6)
-    kwargs.update(overrides)
-    return kwargs
+from isolab.book.figures.ch03_style import (  # noqa: E402,F401  (the chapter's names for the methods)
+    _METHOD_LOOK, BOUND, DATA, HIGHLIGHT, METHOD_LABELS, MUTED, PAPER, SHORT_LABELS, SMALL, TARGET, method_color,
+    method_line,
+)
 
 
 def _plain(ax) -> None:
@@ -344,299 +315,6 @@ def kappa_sweep(kappas: Sequence[float], curves: Mapping[tuple, Sequence[float]]
     return fig
 
 
-# ----------------------------------------------------------------------------- §3.6
-#: One learning-rate grid for every input variant: 7 values, a factor 2 apart.
-LR_GRID = tuple(0.01 * 2.0 ** k for k in range(7))
-VARIANTS = ("raw", "batch", "zca")
-
-
-class TrainingRun(NamedTuple):
-    """Loss curves of :func:`train_inputs`: ``loss[variant]`` has shape
-    ``(len(lrs), len(seeds), len(steps))``; non-finite entries mark diverged runs."""
-
-    degrees: float
-    kappa: float
-    steps: np.ndarray
-    loss: dict
-    lrs: tuple
-    seeds: tuple
-
-
-def _prepare(X: torch.Tensor, variant: str) -> torch.Tensor:
-    """The inputs a variant trains on, from training-set statistics: ``raw``; ``batch``,
-    each feature standardized (what BatchNorm computes, here over the whole training set);
-    ``zca``, centered and ZCA-whitened."""
-    if variant == "raw":
-        return X
-    if variant == "batch":
-        return normalization.batch_norm(X)
-    if variant == "zca":
-        return whiten(X, center=True, kind="zca")
-    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-
-
-def train_inputs(degrees: float = 45.0, *, kappa: float = 100.0, d: int = 16, hidden: int = 32, n: int = 512,
-                 steps: int = 300, batch: int = 32, lrs: Sequence[float] = LR_GRID, seeds: Sequence[int] = range(5),
-                 noise: float = 0.1, teacher_scale: float = 0.5, variants: Sequence[str] = VARIANTS) -> TrainingRun:
-    r"""Train the MLP ``ŷ = tanh(x W₁) W₂`` (``d → hidden → 1``, float64) by minibatch SGD
-    on the squared error, once per input variant, learning rate and seed, batched over
-    learning rates and seeds.
-
-    Per seed: ``n`` inputs ``x = z Λ^{1/2} R(θ)ᵀ`` with ``z ~ N(0, I_d)`` (the construction
-    of :func:`isolab.book.features.gaussian_features`, condition number ``kappa``, rotation
-    ``degrees``), targets from a random tanh teacher of the *latent* ``z`` plus ``noise``
-    (relative), standardized to unit variance, so every direction of ``z`` matters; the
-    student's ``W₁ ~ N(0, 1/d)``, ``W₂ = 0``; and one sequence of minibatches. Seeds,
-    data, initial weights and minibatches are the same for every variant and learning
-    rate: only the inputs' preprocessing and the learning rate differ. The loss on the
-    whole training set is recorded every 2 steps up to step 50 and every 10 steps after
-    (it starts at 1: ``W₂ = 0`` predicts 0, and the target has unit variance)."""
-    seeds = tuple(seeds)
-    lam = features.spectrum(d, kappa)
-    R = features.pair_rotation(d, math.radians(degrees))
-    data, targets, init, order = [], [], [], []
-    for seed in seeds:
-        gen = generator(1000 + seed)
-        z = torch.randn(n, d, generator=gen, dtype=torch.float64)
-        t1 = torch.randn(d, hidden, generator=gen, dtype=torch.float64) * (teacher_scale / math.sqrt(d))
-        t2 = torch.randn(hidden, 1, generator=gen, dtype=torch.float64) / math.sqrt(hidden)
-        y = torch.tanh(z @ t1) @ t2
-        y = y + noise * y.std() * torch.randn(n, 1, generator=gen, dtype=torch.float64)
-        targets.append((y - y.mean()) / y.std())
-        data.append((z * lam.sqrt()) @ R.T)
-        init.append(torch.randn(d, hidden, generator=gen, dtype=torch.float64) / math.sqrt(d))
-        order.append(torch.randint(n, (steps, batch), generator=gen))
-    Y, W1_init, order = torch.stack(targets), torch.stack(init), torch.stack(order)    # (S,n,1) (S,d,h) (S,T,B)
-    lr = torch.tensor(list(lrs), dtype=torch.float64)[:, None, None, None]
-    seed_index = torch.arange(len(seeds))[:, None]
-    record = set(range(0, min(50, steps), 2)) | set(range(50, steps, 10)) | {steps}
-    losses = {}
-    for variant in variants:
-        X = torch.stack([_prepare(x, variant) for x in data])                      # (S,n,d)
-        W1 = W1_init.expand(len(lrs), -1, -1, -1).clone()
-        W2 = torch.zeros(len(lrs), len(seeds), hidden, 1, dtype=torch.float64)
-        curve = []
-        for t in range(steps + 1):
-            if t in record:
-                curve.append((torch.tanh(X @ W1) @ W2 - Y).square().mean((-2, -1)))
-            if t == steps:
-                break
-            xb, yb = X[seed_index, order[:, t]], Y[seed_index, order[:, t]]      # (S,B,d), (S,B,1)
-            h = torch.tanh(xb @ W1)                                                # (L,S,B,h)
-            r = (h @ W2 - yb) * (2.0 / batch)
-            grad_W2 = h.mT @ r
-            grad_W1 = xb.mT @ ((r @ W2.mT) * (1 - h * h))
-            W1 = (W1 - lr * grad_W1).nan_to_num(nan=1e6).clamp(-1e6, 1e6)         # a diverged run stays finite
-            W2 = (W2 - lr * grad_W2).nan_to_num(nan=1e6).clamp(-1e6, 1e6)
-        loss = torch.stack(curve, -1)
-        losses[variant] = torch.where(loss < 1e3, loss, torch.inf)               # diverged: inf
-    return TrainingRun(float(degrees), float(kappa), np.array(sorted(record)), losses, tuple(lrs), seeds)
-
-
-def lr_scores(run: TrainingRun) -> dict[str, torch.Tensor]:
-    """Per variant and learning rate: the median over seeds of the mean loss over the run
-    (the area under the loss curve, which rewards reaching a low loss early)."""
-    return {v: loss.mean(-1).median(-1).values for v, loss in run.loss.items()}
-
-
-def best_lr(run: TrainingRun) -> dict[str, int]:
-    """Index into ``run.lrs`` of each variant's best learning rate (see :func:`lr_scores`)."""
-    return {v: int(score.argmin()) for v, score in lr_scores(run).items()}
-
-
-def steps_to(run: TrainingRun, threshold: float) -> dict[str, np.ndarray]:
-    """Per variant, at its best learning rate: the first recorded step at which each
-    seed's loss is at most ``threshold`` (``inf`` if never)."""
-    out = {}
-    for v, i in best_lr(run).items():
-        below = (run.loss[v][i] <= threshold).numpy()
-        out[v] = np.where(below.any(-1), run.steps[below.argmax(-1)], np.inf)
-    return out
-
-
-def training_checks(runs: Sequence[TrainingRun], threshold: float = 0.1) -> list[Check]:
-    """What §3.6 claims about ``runs = [rotated (45°), diagonal (0°)]``, as checks: each
-    chosen learning rate lies strictly inside the grid; with Σ rotated, whitened inputs
-    reach ``threshold`` in fewer steps than raw and than standardized inputs at every
-    seed, while standardizing barely helps; with Σ diagonal, standardizing is as fast as
-    whitening (within 2 recorded steps) and both beat raw inputs; and by the last step the
-    gap has closed to less than a factor 1.5. Step counts are exact integers of a float64
-    run, so the printed values are the same on any CPU."""
-    rotated, diagonal = runs
-    checks = []
-    for run in runs:
-        best = best_lr(run)
-        checks.append(Check(f"Σ at {run.degrees:.0f}°: each chosen learning rate lies inside the grid",
-                            ", ".join(f"{v} {run.lrs[i]:g}" for v, i in best.items()),
-                            f"not {run.lrs[0]:g} or {run.lrs[-1]:g}", all(0 < i < len(run.lrs) - 1 for i in best.values())))
-    rot, flat = steps_to(rotated, threshold), steps_to(diagonal, threshold)
-    listed = lambda r: " ".join(f"{s:.0f}" for s in r)
-    ratio = float(np.median(rot["batch"]) / np.median(rot["raw"]))
-    final = {v: rotated.loss[v][i][:, -1].median().item() for v, i in best_lr(rotated).items()}
-    closed = max(final.values()) / min(final.values())
-    checks += [
-        Check(f"45°: whitened reaches loss {threshold:g} in fewer steps than raw, at every seed",
-              f"{listed(rot['zca'])} vs {listed(rot['raw'])}", "fewer at each seed", bool((rot["zca"] < rot["raw"]).all())),
-        Check("    and than BatchNorm, at every seed", f"BatchNorm {listed(rot['batch'])}", "more than whitened",
-              bool((rot["zca"] < rot["batch"]).all())),
-        Check("    BatchNorm barely helps: median steps, BatchNorm vs raw",
-              f"{np.median(rot['batch']):.0f} vs {np.median(rot['raw']):.0f}", "within a factor 1.5", 1 / 1.5 < ratio < 1.5),
-        Check("0°: BatchNorm as fast as whitened (within 2 steps, every seed)",
-              f"{listed(flat['batch'])} vs {listed(flat['zca'])}", "|difference| <= 2",
-              bool((np.abs(flat["batch"] - flat["zca"]) <= 2).all())),
-        Check("    and both beat raw at every seed", f"raw {listed(flat['raw'])}", "more steps",
-              bool((flat["raw"] > np.maximum(flat["batch"], flat["zca"])).all())),
-        Check(f"45°: by step {rotated.steps[-1]} the gap has closed (final median losses)",
-              f"largest / smallest {closed:.2f}", "< 1.5", closed < 1.5),
-    ]
-    return checks
-
-
-def training(runs: Sequence[TrainingRun], threshold: float) -> Figure:
-    """One panel per run: the loss against steps (log axes) for each input variant at its
-    best learning rate, median over seeds with a min–max band, and the median number of
-    steps to reach ``threshold``; last panel: each variant's score over the learning-rate
-    grid (solid: first run, dashed: second), its choice circled."""
-    fig = Figure(figsize=(style.FIG_WIDTH, 3.8))
-    grid = fig.add_gridspec(1, len(runs) + 1, width_ratios=[1.2] * len(runs) + [1], wspace=0.32,
-                            left=0.075, right=0.985, top=0.9, bottom=0.14)
-    axes = [fig.add_subplot(grid[0, k]) for k in range(len(runs) + 1)]
-    for ax, run in zip(axes, runs):
-        best, reach = best_lr(run), steps_to(run, threshold)
-        steps = np.maximum(run.steps, 1)
-        lines = []
-        for v in run.loss:
-            loss, color = run.loss[v][best[v]], method_color(VARIANT_METHOD[v])
-            ax.fill_between(steps, loss.amin(0).numpy(), loss.amax(0).numpy(), color=color, alpha=0.18, lw=0)
-            ax.plot(steps, loss.median(0).values.numpy(), **method_line(VARIANT_METHOD[v], markers=False, label=VARIANT_LABELS[v]))
-            median = np.median(reach[v])
-            lines.append((f"{VARIANT_LABELS[v].split(' (')[0]}: {median:.0f}" if np.isfinite(median)
-                          else f"{VARIANT_LABELS[v].split(' (')[0]}: never", color))
-        ax.axhline(threshold, color=BOUND, lw=1, ls=":")
-        ax.text(1.2, threshold * 0.93, f"loss {threshold:g}", color=BOUND, va="top", fontsize=SMALL)
-        ax.text(0.98, 0.97, f"steps to {threshold:g} (median):", transform=ax.transAxes, ha="right", va="top",
-                fontsize=SMALL)
-        for k, (text, color) in enumerate(lines[::-1]):
-            ax.text(0.98, 0.88 - 0.09 * k, text, transform=ax.transAxes, ha="right", va="top", fontsize=SMALL,
-                    color=color)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        log_ticks(ax.xaxis, [0, 1, 2])
-        log_ticks(ax.yaxis, [-2, -1, 0])
-        ax.set(xlabel="SGD step", xlim=(1, run.steps[-1]), ylim=(0.01, 1.5))
-        where = "rotated by 45°" if run.degrees else "diagonal (0°)"
-        ax.set_title(f"Σ {where}, κ = {run.kappa:g}", fontsize=style.FONT_SIZE)
-    axes[0].set_ylabel("training loss (1 = predict 0)")
-    ax = axes[-1]
-    for run, ls in zip(runs, ("-", "--")):
-        scores, best = lr_scores(run), best_lr(run)
-        for v, score in scores.items():
-            m = VARIANT_METHOD[v]
-            shown = torch.where(torch.isfinite(score), score, torch.nan).numpy()
-            ax.plot(run.lrs, shown, **method_line(m, linestyle=ls, mfc=PAPER if ls == "--" else None))
-            ax.plot(run.lrs[best[v]], shown[best[v]], "o", ms=14, mfc="none", mec=method_color(m), mew=1.5)
-    lrs = runs[0].lrs
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([lrs[0], lrs[3], lrs[-1]], [f"{lrs[0]:g}", f"{lrs[3]:g}", f"{lrs[-1]:g}"])
-    ax.minorticks_off()
-    ax.set_yscale("log")
-    log_ticks(ax.yaxis, [-1, 0])
-    ax.set(xlabel="learning rate", ylabel="mean loss over the run", xlim=(lrs[0] / 1.5, lrs[-1] * 1.5))
-    ax.set_title("one grid for all three", fontsize=style.FONT_SIZE)
-    ax.text(0.97, 0.97, "circled: chosen\nsolid 45°, dashed 0°\nmissing: diverged", transform=ax.transAxes,
-            fontsize=SMALL, va="top", ha="right")
-    return fig
-
-
-# ----------------------------------------------------------------------------- §3.7
-class ActivationStats(NamedTuple):
-    """How isotropic and how diagonal one layer's activations ``H`` (``b × d``) are."""
-
-    isotropy: dict      # method -> centered covariance-side isotropy after that normalization
-    offdiagonal: float  # off-diagonal share of ‖R‖²_F, R the correlation matrix (= BatchNorm's output covariance)
-    batchnorm_share: float  # (BatchNorm - none) / (ZCA - none): how much of whitening's gain BatchNorm gets
-    top_share: float    # share of the centered variance in the top (classes - 1) principal directions
-    dead: int           # units that are zero on every input
-    correlation: torch.Tensor  # R over the live units
-
-
-def correlation(H: torch.Tensor) -> torch.Tensor:
-    """The correlation matrix of the columns of ``H`` that vary (live units)."""
-    Hc = H - H.mean(0)
-    C = Hc.T @ Hc / H.shape[0]
-    live = C.diagonal() > 1e-12 * C.diagonal().max()
-    C = C[live][:, live]
-    s = C.diagonal().rsqrt()
-    return s[:, None] * C * s[None, :]
-
-
-def offdiagonal_share(R: torch.Tensor) -> float:
-    """``‖R − diag R‖²_F / ‖R‖²_F``: 0 for a diagonal matrix."""
-    return ((R - torch.diag(R.diagonal())).square().sum() / R.square().sum()).item()
-
-
-def centered_isotropy(Z: torch.Tensor) -> float:
-    """The covariance-side isotropy of ``Z`` about its mean: how evenly ``Cov(Z)`` spreads
-    over the directions, the question of correlations (a common mean, such as that of
-    ReLU outputs, is a rank-one term of ``ZᵀZ`` that says nothing about them)."""
-    return isotropy.feature_isotropy(Z - Z.mean(0), "covariance").item()
-
-
-def _normalized(H: torch.Tensor, method: str) -> torch.Tensor:
-    """``H`` after ``method``; ZCA centers first, as BatchNorm and LayerNorm do, so that its
-    output covariance is the identity."""
-    return whiten(H, center=True) if method == "zca" else normalization.normalize(H, method)
-
-
-def activation_stats(H: torch.Tensor, classes: int) -> ActivationStats:
-    """See :class:`ActivationStats`; every isotropy is the centered one
-    (:func:`centered_isotropy`), so that it measures the correlations between units."""
-    iso = {m: centered_isotropy(_normalized(H, m)) for m in ("none", "batch", "layer", "rms", "zca")}
-    R = correlation(H)
-    Hc = H - H.mean(0)
-    eig = torch.linalg.eigvalsh(Hc.T @ Hc).flip(0)
-    return ActivationStats(iso, offdiagonal_share(R), (iso["batch"] - iso["none"]) / (iso["zca"] - iso["none"]),
-                           (eig[:classes - 1].sum() / eig.sum()).item(), int((H.abs().sum(0) == 0).sum()), R)
-
-
-def activations(stats: Mapping[str, ActivationStats], heatmaps: Sequence[str], reference: float) -> Figure:
-    """Left: ``|R|`` (correlations between units) for the layers named in ``heatmaps``.
-    Right: covariance-side isotropy after each normalization, for every layer in
-    ``stats``, with BatchNorm's share of whitening's gain written above its bar.
-    ``reference`` is the off-diagonal share of an isotropic Gaussian batch of the same shape."""
-    fig = Figure(figsize=(style.FIG_WIDTH, 3.8))
-    n = len(heatmaps)
-    left = fig.add_gridspec(1, n, left=0.01, right=0.44, top=0.8, bottom=0.12, wspace=0.08)
-    maps = [fig.add_subplot(left[0, k]) for k in range(n)]
-    image = None
-    for ax, name in zip(maps, heatmaps):
-        image = ax.imshow(stats[name].correlation.abs().numpy(), cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
-        ax.set(xticks=[], yticks=[])
-        ax.set_title(f"{name}\noff-diagonal share {stats[name].offdiagonal:.2f}", loc="center", fontsize=SMALL)
-    bar = fig.colorbar(image, ax=maps, orientation="horizontal", fraction=0.06, pad=0.04, aspect=30)
-    bar.set_label(f"|correlation| of two units (isotropic batch: share {reference:.2f})", fontsize=SMALL)
-    bar.ax.tick_params(labelsize=SMALL)
-    ax = fig.add_subplot(fig.add_gridspec(1, 1, left=0.55, right=0.99, top=0.8, bottom=0.2)[0, 0])
-    methods = ("none", "batch", "layer", "rms", "zca")
-    names = list(stats)
-    width = 0.8 / len(methods)
-    for j, m in enumerate(methods):
-        x = np.arange(len(names)) + (j - (len(methods) - 1) / 2) * width
-        values = [stats[name].isotropy[m] for name in names]
-        ax.bar(x, values, width=width, color=method_color(m), label=SHORT_LABELS[m])
-        if m == "batch":
-            for xi, v, name in zip(x, values, names):
-                ax.text(xi, v + 0.03, f"{stats[name].batchnorm_share:.0%}", ha="center", va="bottom", fontsize=SMALL,
-                        color=method_color(m))
-    ax.set_xticks(range(len(names)), [name.replace(", ", "\n") for name in names], fontsize=SMALL)
-    ax.set(ylim=(0, 1.05), ylabel="isotropy of Cov(Z), centered")
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=SMALL, ncol=5, handlelength=1.0, columnspacing=0.8,
-              borderaxespad=0.2)
-    fig.text(0.55, 0.95, "% over the BatchNorm bar: its share of whitening's gain", fontsize=SMALL)
-    fig.text(0.01, 0.95, "Correlations between units of the middle layer", fontsize=style.FONT_SIZE)
-    return fig
-
-
 # ----------------------------------------------------------------------------- §3.8 explorable
 D_EXPLORE = 16
 ANGLES = tuple(range(0, 50, 5))            # main slider: 10 values, 0° .. 45°
@@ -709,27 +387,26 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
         raise FigureMessage("BatchNorm needs at least two samples: with b = 1 every feature is zero.")
     data = normalization_data(kappa, angle, batch, sampler)
     methods = normalization.METHODS
-    ax_cloud, ax_spec, ax_bar = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.25, 1, 1]})
-    shown, frame, points, colors = min(batch, 150), [], [], []
-    for k, m in enumerate(methods):
-        cx, cy = 2.5 * (k % 3), -2.75 * (k // 3)
-        Z = data["clouds"][m][:shown]
-        points.append(torch.tensor([cx, cy]) + 0.95 * Z / Z.abs().max())
-        colors += [method_color(m)] * shown
-        frame += [(cx - 1, cy - 1), (cx + 1, cy - 1), (cx + 1, cy + 1), (cx - 1, cy + 1), (cx - 1, cy - 1),
-                  (math.nan, math.nan), (cx - 1, cy), (cx + 1, cy), (math.nan, math.nan), (cx, cy - 1), (cx, cy + 1),
-                  (math.nan, math.nan)]
-        ax_cloud.text(cx, cy + 1.08, SHORT_LABELS[m], ha="center", va="bottom", fontsize=SMALL,
-                      color=style.text_color(method_color(m)))
-    ax_cloud.plot(*zip(*frame), color=MUTED, lw=0.8)
-    points = torch.cat(points)
-    ax_cloud.scatter(points[:, 0], points[:, 1], s=4 if batch > 32 else 14, c=colors, linewidths=0)
-    ax_cloud.set(xlim=(-1.1, 6.1), ylim=(-3.85, 1.75), xticks=[], yticks=[], aspect="equal")
-    ax_cloud.set_xlabel("coordinate 1", fontsize=SMALL)
-    ax_cloud.set_ylabel("coordinate d", fontsize=SMALL)
-    ax_cloud.set_title("the batch after each", loc="left", fontsize=SMALL)
-    for spine in ax_cloud.spines.values():
-        spine.set_visible(False)
+    ax_cloud, ax_spec, ax_bar = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.1, 1, 1]})
+    t = np.linspace(0, 2 * math.pi, 120)
+    circle = np.stack([np.cos(t), np.sin(t)])
+    for m in ("none", "layer", "rms", "batch", "pca", "zca"):
+        Z = data["clouds"][m]                                   # coordinates 1 and d
+        C = (Z.T @ Z / Z.shape[0]).numpy()
+        C = C / (np.trace(C) / 2)                               # the shape, at one scale
+        w, V = np.linalg.eigh(C)
+        ellipse = V @ (np.sqrt(np.clip(w, 0, None))[:, None] * circle)
+        look = _METHOD_LOOK[m]
+        ax_cloud.plot(*(1.8 * ellipse), color=look[0], ls=look[2], lw=2.2 if m in ("batch", "zca", "none") else 1.6)
+        if m == "batch":
+            pts = (Z / np.sqrt(np.trace((Z.T @ Z / Z.shape[0]).numpy()) / 2)).numpy()[:150]
+            ax_cloud.scatter(pts[:, 0], pts[:, 1], s=5 if batch > 32 else 16, color=look[0], linewidths=0, alpha=0.6)
+    for m, y in (("none", 0.97), ("batch", 0.87), ("zca", 0.77)):
+        ax_cloud.text(0.02, y, {"none": "none, LN, RMS", "batch": "BN (dots: its batch)", "zca": "ZCA, PCA"}[m],
+                      transform=ax_cloud.transAxes, va="top", color=style.text_color(method_color(m)))
+    ax_cloud.set(xlim=(-3.2, 3.2), ylim=(-3.2, 3.6), xticks=[], yticks=[], aspect="equal",
+                 xlabel="coordinate 1", ylabel="coordinate d")
+    ax_cloud.set_title(f"the batch's shape\nθ = {angle}°, κ = {kappa:g}", loc="left", fontsize=style.FONT_SIZE)
 
     rank = data["rank"]
     index = np.arange(1, rank + 1)
@@ -739,9 +416,9 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
     ax_spec.set_yscale("log")
     log_ticks(ax_spec.yaxis, [-4, -2, 0])
     ax_spec.set(xlim=(0.5, D_EXPLORE + 0.5), ylim=(SPECTRUM_FLOOR / 1.5, 60), xticks=[1, 8, 16])
-    ax_spec.set_xlabel("eigenvalue index", fontsize=SMALL)
-    ax_spec.set_ylabel("eigenvalue / mean", fontsize=SMALL)
-    ax_spec.set_title(f"spectrum of ZᵀZ/b\nb = {batch}", loc="left", fontsize=SMALL)
+    ax_spec.set_xlabel("eigenvalue index")
+    ax_spec.set_ylabel("eigenvalue / mean")
+    ax_spec.set_title(f"spectrum of ZᵀZ/b\nb = {batch}", loc="left", fontsize=style.FONT_SIZE)
     ax_spec.legend(loc="lower left", ncol=2, fontsize=SMALL, handlelength=1.6, columnspacing=0.8, labelspacing=0.2,
                    borderaxespad=0.1)
 
@@ -757,15 +434,17 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
     ax_bar.set_ylim(0, 1.08)
     ax_bar.set_yticks([0, 0.5, 1], ["0", "0.5", "1"])
     ax_bar.tick_params(axis="y", labelsize=SMALL)
-    ax_bar.set_title(f"isotropy: BN {data['cov']['batch']:.2f}\nsolid cov, hatched Gram", loc="left",
-                     fontsize=SMALL)
+    ax_bar.set_title(f"isotropy, BN {data['cov']['batch']:.2f}\nsolid cov., hatched Gram", loc="left",
+                     fontsize=style.FONT_SIZE)
 
 
-CAPTION = ("Turn θ: the raw cloud turns, but the spectra and bars of none, RMSNorm, ZCA and PCA do not move "
-           "(they depend on the batch only through its Gram matrix), and ZCA and PCA sit at both ceilings "
-           "(dotted: covariance, min(b,d)/d; dashed: Gram, min(b,d)/b). BatchNorm's covariance isotropy is "
-           "highest at θ = 0°, where Σ is diagonal; as θ grows its cloud stays a tilted ellipse. "
-           "Clouds: coordinates 1 and d after each normalization; middle: eigenvalues of ZᵀZ/b over their mean.")
+CAPTION = ("Drag θ, the rotation of Σ (d = 16 features): the spectra and bars of none, RMSNorm, ZCA and PCA do "
+           "not move (they depend on the batch only through its Gram matrix), and ZCA and PCA sit at both ceilings "
+           "(dotted: covariance, min(b,d)/d; dashed: Gram, min(b,d)/b). BatchNorm's covariance isotropy is highest "
+           "at θ = 0°, where Σ is diagonal; as θ grows its ellipse stays tilted. Left: the covariance ellipse of "
+           "coordinates 1 and d after each normalization, every ellipse scaled to one size (a circle: isotropic in "
+           "that plane); middle: eigenvalues of ZᵀZ/b over their mean, one line per method; right: the isotropy "
+           "r/d (covariance) and r/b (Gram), r the effective rank.")
 
 
 def normalizations(sampler: Callable = _sampler) -> Explorable:
@@ -779,8 +458,9 @@ def normalizations(sampler: Callable = _sampler) -> Explorable:
          Slider("kappa", KAPPAS, label="κ(Σ)", default=1000),
          Slider("batch", BATCHES, label="batch b", default=128)],
         main="angle",
-        figsize=(style.COLUMN_WIDTH, 3.4),
+        figsize=(style.COLUMN_WIDTH, 3.6),
         static_colors=24,
+        narrow="panels",
         caption=CAPTION,
         alt="Turning the covariance changes what BatchNorm achieves and nothing that sees only the Gram matrix.",
         promises=[
@@ -796,3 +476,9 @@ def normalizations(sampler: Callable = _sampler) -> Explorable:
 
 
 EXPLORABLES = (normalizations,)
+
+
+from isolab.book.figures.ch03_training import (  # noqa: E402,F401  (the chapter calls them as ch03.*)
+    LR_GRID, VARIANTS, ActivationStats, TrainingRun, activation_stats, activations, best_lr, centered_isotropy,
+    correlation, lr_scores, lr_table, offdiagonal_share, steps_to, train_inputs, training, training_checks,
+)

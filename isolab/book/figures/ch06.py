@@ -115,7 +115,7 @@ def hero_data(kappa: float = 10.0, direction: float = 72.0) -> dict:
     M = invariance.induced_rotation(X, A)
     white, white_twin = linalg.whiten(X), linalg.whiten(X @ A)
     sv = {name: (torch.linalg.svdvals(RULES[name](X, G)), torch.linalg.svdvals(RULES[name](X @ A, G @ B)))
-          for name in ("SGD", "Iso")}
+          for name in TWIN_RULES}
     return {"X": X, "XA": X @ A, "white": white, "white_twin": white_twin, "M": M, "A": A, "B": B,
             "angle": math.degrees(math.atan2(M[1, 0].item(), M[0, 0].item())), "sv": sv, "kappa": kappa,
             "mismatch": (white_twin - white @ M).abs().max().item()}
@@ -132,11 +132,17 @@ def _cloud(ax, P, Q, picks, lim, title) -> None:
     for Z, c, ls in ((Q, HIGHLIGHT, "-"), (P, DATA, (0, (3, 3)))):   # covariance ellipses, 2 standard deviations
         e = _ellipse(linalg.covariance(Z))
         ax.plot(e[:, 0], e[:, 1], color=c, lw=2.0, ls=ls)
+    edge = 0.86 * lim          # a followed sample beyond this is drawn on the edge, its ring dashed
     for k, i in enumerate(picks, 1):
         for Z, c in ((P, DATA), (Q, HIGHLIGHT)):
-            ax.plot(*Z[i].tolist(), "o", ms=13, mfc="white", mec=c, mew=1.8)
-            ax.text(*Z[i].tolist(), str(k), ha="center", va="center", fontsize=SMALL, color=style.text_color(c),
-                    weight="bold", clip_on=True)   # a sample stretched off the panel loses its label too
+            point = Z[i].numpy()
+            far = np.abs(point).max() > edge
+            if far:
+                point = point * edge / np.abs(point).max()
+            ax.plot(*point, "o", ms=13, mfc="white", mec=c, mew=1.8)
+            if far:   # a dashed ring: the sample lies further out along this ray
+                ax.add_patch(_ring(point, lim, c))
+            ax.text(*point, str(k), ha="center", va="center", fontsize=SMALL, color=style.text_color(c), weight="bold")
     ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xticks=[], yticks=[])
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -145,47 +151,58 @@ def _cloud(ax, P, Q, picks, lim, title) -> None:
     ax.set_title(title, fontsize=style.FONT_SIZE)
 
 
+def _ring(center, lim, color):
+    from matplotlib.patches import Circle
+
+    return Circle(tuple(center), 0.12 * lim, fill=False, edgecolor=color, lw=1.2, ls=(0, (2, 2)), zorder=4)
+
+
 def draw_twin(fig: Figure, kappa: float, direction: float) -> None:
     """The hero's three panels at one transform: inputs ``X`` and ``XA``; both whitened,
-    one cloud turned by ``M_X`` (angle in the title); the singular values of SGD's and
-    Iso's step for the layer (open) and the twin (filled)."""
+    one cloud turned by ``M_X`` (angle in the title); the singular values of SGD's, Adam's
+    (first step) and Iso's step for the layer (open) and the twin (filled)."""
     d = hero_data(kappa, direction)
-    grid = fig.add_gridspec(1, 3, width_ratios=[1, 1, 1.05], left=0.02, right=0.98, top=0.8, bottom=0.14, wspace=0.25)
+    grid = fig.add_gridspec(1, 3, width_ratios=[1, 1, 1.25], left=0.02, right=0.98, top=0.8, bottom=0.14, wspace=0.3)
     ax_raw, ax_white, ax_sv = (fig.add_subplot(grid[0, k]) for k in range(3))
     picks = _picks(d["X"])
-    _cloud(ax_raw, d["X"], d["XA"], picks, RAW_LIM, f"inputs X and XA, κ(A) = {kappa:g}")
-    ax_raw.text(0.02, 0.98, "X", color=DATA, transform=ax_raw.transAxes, fontsize=style.FONT_SIZE, weight="bold",
-                va="top")
-    ax_raw.text(0.14, 0.98, "XA (the twin)", color=style.text_color(HIGHLIGHT), transform=ax_raw.transAxes, va="top",
+    _cloud(ax_raw, d["X"], d["XA"], picks, RAW_LIM, f"inputs X and XA\nκ = {kappa:g}, at {direction:g}°")
+    ax_raw.text(0.02, 0.02, "X", color=DATA, transform=ax_raw.transAxes, fontsize=style.FONT_SIZE, weight="bold")
+    ax_raw.text(0.14, 0.02, "XA (twin)", color=style.text_color(HIGHLIGHT), transform=ax_raw.transAxes,
                 fontsize=style.FONT_SIZE, weight="bold")
-    _cloud(ax_white, d["white"], d["white_twin"], picks, 3.6, f"whitened: one cloud, turned {abs(d['angle']):.0f}°")
+    _cloud(ax_white, d["white"], d["white_twin"], picks, 3.6,
+           f"whitened: one cloud,\nturned {abs(d['angle']):.0f}°")
     ax_white.text(0.02, 0.02, r"$Z \mapsto Z\,\mathrm{Cov}(Z)^{-1/2}$", color=BOUND, transform=ax_white.transAxes,
                   fontsize=SMALL)
-    width = 0.36
-    for j, name in enumerate(("SGD", "Iso")):
+    width = 0.38
+    ratios = {}
+    for j, name in enumerate(TWIN_RULES):
         before, after = (v.numpy() for v in d["sv"][name])
         scale = before[0]
-        x = np.arange(2) + 3 * j
+        x = np.arange(2) + 2.6 * j
         c = style.color(name)
         ax_sv.bar(x - width / 2, before / scale, width, facecolor=style.ROLES["background"], edgecolor=c, lw=1.8)
         ax_sv.bar(x + width / 2, np.minimum(after / scale, TOP_SV), width, color=c, edgecolor=c, lw=1.8)
-        ax_sv.text(0.5 + 3 * j, -0.09, name, ha="center", va="top", color=style.text_color(c), fontsize=style.FONT_SIZE,
-                   weight="bold", transform=ax_sv.get_xaxis_transform())
-    sgd_ratio = (d["sv"]["SGD"][1][0] / d["sv"]["SGD"][0][0]).item()
-    if sgd_ratio > TOP_SV:   # the bar leaves the axes: say how tall it is
-        ax_sv.text(0.42, TOP_SV * 0.97, f"↑ ×{sgd_ratio:.0f}", ha="left", va="top", fontsize=SMALL,
-                   color=style.text_color(style.color("SGD")), weight="bold")
-    ax_sv.set(xticks=[0, 1, 3, 4], xticklabels=["σ₁", "σ₂", "σ₁", "σ₂"], xlim=(-0.6, 4.6), ylim=(0, TOP_SV),
-              ylabel="σ / σ₁ of the layer's step")
+        ax_sv.text(0.5 + 2.6 * j, -0.1, name, ha="center", va="top", color=style.text_color(c),
+                   fontsize=style.FONT_SIZE, weight="bold", transform=ax_sv.get_xaxis_transform())
+        ratios[name] = after[0] / scale
+        if ratios[name] > TOP_SV:   # the bar leaves the axes: say how tall it is
+            ax_sv.text(x[0] + 0.05, TOP_SV * 0.97, f"↑×{ratios[name]:.0f}", ha="left", va="top", fontsize=SMALL,
+                       color=style.text_color(c), weight="bold")
+    ax_sv.set(xticks=[0, 1, 2.6, 3.6, 5.2, 6.2], xticklabels=["σ₁", "σ₂"] * 3, xlim=(-0.6, 6.8), ylim=(0, TOP_SV),
+              ylabel="σ / (layer's σ₁)")
     ax_sv.tick_params(axis="x", length=0)
-    ax_sv.set_title(f"step: SGD's σ₁ ×{sgd_ratio:.1f}, Iso's ×1", fontsize=style.FONT_SIZE)
-    ax_sv.text(0.98, 0.97, "open: layer\nfilled: twin", ha="right", va="top", transform=ax_sv.transAxes, fontsize=SMALL,
-               color=BOUND)
+    ax_sv.set_title(f"σ₁ of the step, twin/layer:\nSGD ×{ratios['SGD']:.1f}, Adam ×{ratios['Adam']:.1f}, Iso ×1",
+                    fontsize=style.FONT_SIZE)
+    ax_sv.text(0.98, 0.97, "open: layer\nfilled: twin", ha="right", va="top", transform=ax_sv.transAxes,
+               fontsize=SMALL, color=BOUND)
 
 
 RAW_LIM = 6.0                    # the inputs panel: fixed, so that the stretch shows
+TWIN_FIGSIZE = (style.COLUMN_WIDTH, 3.3)
 TOP_SV = 6.0                     # the bar panel's y range (SGD's bar is cut there and labelled)
 HERO_KAPPA, HERO_DIRECTION = 10.0, 72.0
+#: The update rules the bar panel compares (Adam: its first step, the sign of the gradient).
+TWIN_RULES = ("SGD", "Adam", "Iso")
 
 
 def hero() -> Figure:
@@ -194,7 +211,7 @@ def hero() -> Figure:
     cloud turned by the angle in the title; right, the singular values of SGD's and Iso's
     step for the layer (open) and the twin (filled): SGD's move, Iso's (the canonical
     correlations) do not."""
-    fig = Figure(figsize=(style.FIG_WIDTH, 3.5))
+    fig = Figure(figsize=TWIN_FIGSIZE)
     draw_twin(fig, HERO_KAPPA, HERO_DIRECTION)
     return fig
 
@@ -289,20 +306,22 @@ def principal_angle(seed: int = 2, elev: float = 30, azim: float = -120) -> Figu
     for k in range(2):
         col = (X[:, k] / X[:, k].norm()).numpy()
         ax.quiver(0, 0, 0, *col, color=DATA, lw=2, arrow_length_ratio=0.12)
-        ax.text(*(1.1 * col), f"x{k + 1}", color=DATA, fontsize=SMALL)
+        ax.text(*(1.12 * col), f"column {k + 1} of X", color=style.text_color(DATA), fontsize=SMALL)
     ax.quiver(0, 0, 0, *u.numpy(), color=style.color("Iso"), lw=2.5, arrow_length_ratio=0.12)
-    ax.text(*(1.1 * u.numpy()), "g", color=style.color("Iso"), fontsize=style.FONT_SIZE, weight="bold")
+    ax.text(*(1.1 * u.numpy()), "G", color=style.text_color(style.color("Iso")), fontsize=style.FONT_SIZE,
+            weight="bold")
     ax.plot(*np.stack([u.numpy(), p.numpy()], 1), color=BOUND, ls="--", lw=1.5)
     ax.quiver(0, 0, 0, *p.numpy(), color=BOUND, lw=1.5, arrow_length_ratio=0.12)
-    ax.text(*(0.5 * p.numpy() - np.array([0, 0, 0.25])), "projection", color=BOUND, fontsize=SMALL)
-    ax.text(*plane[0, 0].numpy(), "col(X)", color=DATA, fontsize=SMALL)
+    ax.text(*(0.55 * p.numpy() + np.array([0, 0, -0.42])), "G projected\non col(X)", color=BOUND,
+            fontsize=SMALL, va="top")
+    ax.text(*plane[0, 0].numpy(), "col(X)", color=style.text_color(DATA), fontsize=SMALL)
     ax.set(xlim=(-1, 1), ylim=(-1, 1), zlim=(-1, 1), xticks=[], yticks=[], zticks=[])
     ax.set_xlabel("sample 1", labelpad=-12)
     ax.set_ylabel("sample 2", labelpad=-12)
     ax.set_zlabel("sample 3", labelpad=-12)
     ax.view_init(elev=elev, azim=azim)
-    ax.set_title(f"b = 3: g is {math.degrees(math.acos(min(cos, 1.0))):.0f}° from col(X);\n"
-                 f"cos = {cos:.3f}, Iso's step = {sigma:.3f}", fontsize=style.FONT_SIZE, loc="center")
+    ax.set_title(f"b = 3: G is {math.degrees(math.acos(min(cos, 1.0))):.0f}° from the plane col(X);\n"
+                 f"cos = {cos:.3f} = Iso's step {sigma:.3f}", fontsize=style.FONT_SIZE, loc="center")
     return fig
 
 
@@ -364,15 +383,27 @@ class _Test:
         return self.description
 
 
-TWIN_CAPTION = ("A 2-D layer and its twin, which sees the inputs XA (A stretches by √κ along the chosen direction "
-                "and shrinks by 1/√κ across it) and the gradients GB. Move κ: the twin's inputs stretch, yet after "
-                "whitening the two clouds are one round cloud, turned (follow samples 1–3); Iso's bars do not move, "
-                "while SGD's largest singular value leaves its starting size.")
+def _adam_drift(kappa, direction) -> tuple[float, float]:
+    before, after = hero_data(kappa, direction)["sv"]["Adam"]
+    return direction, float((after / before - 1).abs().max())
+
+
+TWIN_CAPTION = (
+    "A layer with n = m = 2 inputs and outputs and its twin, which computes the same function but sees the inputs "
+    "XA and the output gradients GB: A stretches by √κ along the chosen direction and shrinks by 1/√κ across it, "
+    "B does the same turned by 90° (condition number κ, determinant 1). Left: the batch of inputs; middle: both "
+    "batches whitened; right: the singular values σ₁ ≥ σ₂ of each optimizer's step, for the layer (open) and the "
+    "twin (filled), in units of the layer's σ₁ (SGD: the gradient; Adam: its first step, the sign of the gradient; "
+    "Iso: the step whitened on both sides). Move κ (the main slider): the twin's inputs stretch, yet after "
+    "whitening the two clouds are one round cloud, turned (follow samples 1–3; a dashed ring marks a sample beyond "
+    "the panel's edge); Iso's bars do not move, while SGD's largest singular value leaves its starting size. "
+    "Turn the stretch to 0°, along the axes: there Adam's bars stay put too, at every κ."
+)
 
 
 def twin_explorable() -> Explorable:
-    """The hero as an explorable (§6.10): κ(A) = κ(B) (main slider, nine values from 1 to 30)
-    and the direction of the stretch (five directions)."""
+    """The chapter's centerpiece (§6.10), the hero as an explorable: κ(A) = κ(B) (main
+    slider, nine values from 1 to 30) and the direction of the stretch (five directions)."""
     for setting in itertools.product(TWIN_KAPPAS, TWIN_DIRECTIONS):
         hero_data(*setting)
     return Explorable(
@@ -380,8 +411,12 @@ def twin_explorable() -> Explorable:
         [Slider("kappa", TWIN_KAPPAS, label="κ(A) = κ(B)", default=10),
          Slider("direction", TWIN_DIRECTIONS, label="direction of the stretch", default=72, fmt="{:g}°")],
         main="kappa",
-        figsize=(style.FIG_WIDTH, 3.5),
+        figsize=TWIN_FIGSIZE,
+        narrow="panels",      # on a phone the three panels stack
+        static_colors=24,
         caption=TWIN_CAPTION,
+        alt="A layer and its stretched twin: after whitening both batches are one round cloud, turned, and Iso's "
+            "singular values do not move while SGD's do.",
         promises=[
             Promise("after whitening the two clouds are one round cloud, turned", _turned_mismatch,
                     always(lambda v: v < 1e-10, "whitened twin = whitened layer × M_X to 1e-10")),
@@ -389,6 +424,8 @@ def twin_explorable() -> Explorable:
             Promise("SGD's largest singular value leaves its starting size", _sgd_ratio,
                     _Test("1 at κ = 1, off by more than 5% at κ = 30",
                           lambda v: abs(v[0] - 1) < 1e-12 and abs(v[-1] - 1) > 0.05)),
+            Promise("there Adam's bars stay put too, at every κ", _adam_drift,
+                    always(lambda v: v[0] != 0 or v[1] < 1e-6, "at 0°: |σ after / σ before − 1| < 1e-6")),
         ],
     )
 

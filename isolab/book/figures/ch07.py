@@ -15,8 +15,9 @@ the check cannot drift apart:
   section figures of 7.3, 7.4 and 7.5, drawn from what the chapter computed.
 - :func:`noise_runs` / :func:`stationary` / :func:`batch_noise_explorable`: SGD, the Iso
   optimizer (its averaged covariances and momentum) and ``torch.optim.Adam`` fed the same
-  pure noise batches, ``b = 1 ... 10¹²``; the explorable moves the batch size (13 decades,
-  the main slider), Adam's β2 (0.1, 0.999) and ε (1e-8, 1e-3): 52 frames. It draws
+  pure noise batches, ``b = 1 ... 10¹²``; the explorable, the chapter's centerpiece, moves
+  the batch size (13 decades, the main slider), Adam's β2 (0.1, 0.999) and ε (1e-8, 1e-4,
+  1e-2): 78 frames. It draws
   log10 of the data on linear axes (the same picture as log axes, faster to set up on
   every redraw).
 
@@ -353,6 +354,7 @@ def _log_trace(key, i: int) -> np.ndarray:
 
 
 _LOG_B = np.log10(np.asarray(NOISE_BATCHES, dtype=float))
+_LABEL_AT = 10                                   # the right panel labels its curves at b = 10¹⁰
 _LOG_YLIM = (-7.0, math.log10(30))
 
 
@@ -373,23 +375,29 @@ def _draw_batch_noise(fig, batch, beta2, eps):
     ax_t, ax_b = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]})
     i = NOISE_BATCHES.index(batch)
     # left: the steps of one run at the chosen b, each labelled at its end
-    trace = dict(markers=False, linestyle="-", lw=1.5)
+    trace = dict(markers=False, linestyle="-", lw=1.5, antialiased=False)   # fewer colours: smaller frames
     ends = {}
     for name, key in _keys(beta2, eps):
         y = _log_trace(key, i)
         ax_t.plot(_TRACE_STEPS, y, **style.line(name, **trace))
         ends[name] = float(np.median(y[-30:]))
-    for name, y in zip(ends, style.spread_labels(list(ends.values()), 0.55)):
+    for name, y in zip(ends, style.spread_labels(list(ends.values()), 0.85, upper=_LOG_YLIM[1] - 0.3)):
         ax_t.text(_TRACE + 3, y, name, color=style.text_color(style.color(name)), fontsize=_SMALL, va="center")
     ax_t.set(ylim=_LOG_YLIM, xlim=(0, _TRACE), xlabel="step", ylabel="‖step‖ / lr", xticks=[0, 150])
     _log_labels(ax_t, "y", [-6, -3, 0])
     ax_t.set_title(f"the steps of one run\nat b = {batch:.0e}", fontsize=style.FONT_SIZE)
-    # right: the mean step of steps 100-299 against b, drawn up to the chosen b
+    # right: the mean step of steps 100-299 against b, every b, the chosen one marked
+    ax_b.axvline(_LOG_B[i], color=style.ROLES["highlight"], lw=2, zorder=0)
+    ends = {}
     for name, key in _keys(beta2, eps):
         y = _log_stationary(key)
-        ax_b.plot(_LOG_B, y, color=style.color(name), lw=1, alpha=0.35)            # the whole curve, faint
-        ax_b.plot(_LOG_B[:i + 1], y[:i + 1], **style.line(name, markers=False))   # up to the chosen b
+        ax_b.plot(_LOG_B, y, **style.line(name, markers=False))
         ax_b.plot([_LOG_B[i]], [y[i]], marker=style.look(name).marker, color=style.color(name), ms=7)
+        ends[name] = float(y[_LABEL_AT])
+    halo = dict(facecolor=style.ROLES["background"], edgecolor="none", pad=0.5)
+    for name, y in zip(ends, style.spread_labels(list(ends.values()), 1.3)):   # labels over the curves' tail
+        ax_b.text(_LOG_B[_LABEL_AT] + 0.3, y + 0.5, name, color=style.text_color(style.color(name)),
+                  fontsize=_SMALL, va="center", bbox=halo)
     log_b_star = -2 * math.log10(eps)
     if log_b_star <= _LOG_B[-1]:
         ax_b.axvline(log_b_star, color=style.color("Adam"), ls=":", lw=1.5)
@@ -400,13 +408,18 @@ def _draw_batch_noise(fig, batch, beta2, eps):
     ax_b.set(xlim=(0, 12), ylim=_LOG_YLIM, xlabel="batch size b")
     _log_labels(ax_b, "x", [0, 6, 12])
     _log_labels(ax_b, "y", [-6, -3, 0])
-    ax_b.set_title(f"mean of steps 100–299 against b\nAdam's ε = {eps:.0e}, β2 = {beta2}", fontsize=style.FONT_SIZE)
+    ax_b.set(ylabel="mean ‖step‖ / lr")
+    ax_b.set_title(f"mean of steps 100–299, every b\nAdam's ε = {eps:.0e}, β2 = {beta2}", fontsize=style.FONT_SIZE)
 
 
-CAPTION = ("Zero true gradient, n = m = 8, the real optimizers fed the same batches. Left: the steps of one run at "
-           "the chosen batch size; right: the mean step against the batch size, drawn up to it. Move the batch "
-           "size b and watch the SGD steps shrink like 1/√b, and Iso's with them, while Adam's stay the same size "
-           "from b = 100 until b nears b* = 1/ε² (raise ε to bring b* into view), and fall like 1/√b beyond it.")
+CAPTION = ("Zero true gradient: the inputs and the output gradients are independent noise (n = m = 8), fed in "
+           "the same batches to SGD, to the Iso optimizer (its step whitened on both sides, with averaged "
+           "covariances and momentum 0.95) and to Adam (β1 = 0.9, β2 and ε of the sliders); ‖step‖/lr is the "
+           "Frobenius norm of a step per unit learning rate. Left: the steps of one run at the chosen batch size b; "
+           "right: the mean step of steps 100 to 299 (3 seeds) at every b, the chosen b marked. Each optimizer's "
+           "step comes in its own units, so compare slopes, not heights. Move the batch size b (the main slider) "
+           "and watch the SGD steps shrink like 1/√b, and Iso's with them, while Adam's stay the same size from "
+           "b = 100 until b nears b* = 1/ε² (raise ε to bring b* into view), and fall like 1/√b beyond it.")
 
 
 def batch_noise_explorable() -> Explorable:
@@ -420,8 +433,11 @@ def batch_noise_explorable() -> Explorable:
          Slider("beta2", EX_BETA2S, label="β2", default=0.999),
          Slider("eps", EX_EPSILONS, label="ε", default=1e-8, fmt="{:.0e}")],
         main="batch",
-        static_colors=16,   # three optimizers, their faint copies and text
+        static_colors=8,    # three optimizers and text: the frames stay under 2 MB
         figsize=(style.FIG_WIDTH, 3.1),
+        narrow="panels",    # on a phone the two panels stack
+        alt="On pure noise SGD's and Iso's steps shrink like one over the square root of the batch size; Adam's "
+            "keep their size until the batch nears one over epsilon squared.",
         caption=CAPTION,
         promises=[
             Promise("watch the SGD steps shrink like 1/√b", _scaled("sgd"), constant(rtol=0.1)),

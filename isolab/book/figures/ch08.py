@@ -1,4 +1,4 @@
-r"""Figures, training runs and the explorable of Chapter 8, *Rotational symmetry*.
+r"""Figures, training runs and the centerpiece of Chapter 8, *Rotational symmetry*.
 
 The chapter trains a small float64 residual network (:class:`isolab.book.residual.ResidualNet`)
 and its rotated twin with six optimizers and measures how far the two drift apart. What
@@ -12,18 +12,20 @@ its figures and its printed checks share lives here once:
 - :func:`twin_runs`: the six 200-step runs of section 8.4 (cached), drawn by :func:`hero`
   (the output gap per optimizer, labelled on the curves) and :func:`training` (the
   held-out loss).
-- :data:`ONE_BATCH_RULES`: the one-batch form of each update rule (section 8.3).
-- :class:`LinearDecay`, :func:`perturbed`: the controls of section 8.5; :func:`iso_bump`
-  draws Iso's early bump and the runs that test where it comes from; :data:`MUON_VARIANTS`,
+- :data:`ONE_BATCH_RULES`: the one-batch form of each update rule (section 8.3), and
+  :func:`plain_svd_msign` / :class:`PlainSVDMuon`: Muon whose polar factor is ``U Vᵀ`` of a
+  plain SVD, which is not equivariant when a gradient is rank-deficient.
+- The centerpiece (section 8.5), :func:`share_explorable`: Adam trains the first ``k`` of
+  the eight stream matrices (:data:`ADAM_ORDER`: the input and output projections first,
+  the usual recipe, then the blocks), a *partner* (SGD, Muon or Iso) trains the rest;
+  the main slider is the share of the stream weights Adam trains (:data:`SHARES`).
+  :func:`share_run` trains one pair and measures the output gap and each matrix's drift
+  from the rotated original (:func:`matrix_drift`); :func:`share_grid` runs the whole grid
+  (27 pairs, computed by the chapter).
+- :class:`LinearDecay`, :func:`perturbed`: the controls of section 8.6; :data:`MUON_VARIANTS`,
   :func:`muon_control` and :func:`muon_controls`: the Muon variants that test where Muon's
   sensitivity comes from (200-step runs saved by ``scripts/ch08_muon_controls.py`` in
   ``results/ch08_muon_controls.npz``).
-- :func:`rotation_explorable` (section 8.7): sliders θ (main, 10 values) and the learning
-  rate (3 values); it draws runs saved by ``scripts/ch08_rotation_runs.py`` in
-  ``results/ch08_rotation_runs.npz`` (162 pairs of 100 steps, too slow to train while the
-  page is built), and :func:`rotation_run` recomputes any one of them. Its caption's
-  promises are measured by :func:`adam_gap`, :func:`sgd_iso_worst` and
-  :func:`muon_over_adam` on the same saved runs.
 
 ``EXPLORABLES`` lists the explorable builders (``tests/book/test_captions.py`` checks their
 caption promises over the whole slider grid).
@@ -34,6 +36,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -50,9 +53,12 @@ from isolab.optim import Iso, IsoAdam, Muon, SignSGD
 from isolab.book.seeding import generator
 
 __all__ = [
-    "ONE_BATCH_RULES", "fmt", "iso_bump", "SHAPE", "STEPS", "BATCH", "LR", "NAMES", "EQUIVARIANT", "ELEMENTWISE", "problem", "network", "optimizer",
-    "train", "twin_runs", "hero", "training", "LinearDecay", "perturbed", "THETAS", "LR_SCALES",
-    "RESULTS", "MUON_VARIANTS", "MUON_RESULTS", "shadow_network", "muon_control", "muon_controls", "GrowsUpTo", "adam_gap", "sgd_iso_worst", "muon_over_adam", "rotation_run", "rotation_runs", "rotation_explorable", "EXPLORABLES",
+    "ONE_BATCH_RULES", "fmt", "SHAPE", "STEPS", "BATCH", "LR", "NAMES", "EQUIVARIANT", "ELEMENTWISE", "problem",
+    "network", "optimizer", "train", "twin_runs", "hero", "training", "LinearDecay", "perturbed", "plain_svd_msign",
+    "PlainSVDMuon", "ADAM_ORDER", "STREAM_ORDER", "SHARES", "PARTNERS", "ADAM_GROUP", "mixed_optimizer",
+    "ShareRun", "share_run", "share_grid", "matrix_drift", "draw_share", "share_explorable", "EXPLORABLES",
+    "largest_gap", "untouched", "partner_drift", "GrowsFor", "plain_svd_run", "SYMBOLS", "GAP_YLIM",
+    "MUON_VARIANTS", "MUON_RESULTS", "shadow_network", "muon_control", "muon_controls",
 ]
 
 SHAPE = dict(d_in=8, width=16, hidden=32, d_out=4, depth=3)
@@ -96,18 +102,21 @@ def network(d_in: int = 8, **options) -> residual.ResidualNet:
     return residual.ResidualNet(**{**SHAPE, "d_in": d_in}, **options, generator=generator(2))
 
 
-def optimizer(name: str, lr: float, *, ends_to_adam: bool = False, **options):
+def optimizer(name: str, lr: float, *, ends_to_adam: bool = False, to_adam: tuple = (), **options):
     """A factory ``net -> optimizer`` for ``name``, every hyperparameter explicit.
 
     The matrix optimizers (Muon, Iso, IsoAdam) route the whole model: each ``nn.Linear``
     weight gets the matrix rule, the hidden-unit biases their Adam fallback group.
     ``ends_to_adam`` declares the input and output projections as embedding and head (to
-    Adam). ``options`` override single hyperparameters (``damping``, ``root_interval``,
-    ``stats_dtype``, ``exact``, ``momentum``, ...).
+    Adam); ``to_adam`` names any stream matrices (``"embed"``, ``"blocks.0.inp"``, ...) that go
+    to the same Adam group. ``options`` override single hyperparameters (``damping``,
+    ``root_interval``, ``stats_dtype``, ``exact``, ``momentum``, ...).
     """
     # embeddings and head named explicitly (None: every nn.Linear weight gets the matrix rule)
-    ends = (lambda net: dict(embeddings=net.embed, head=net.head)) if ends_to_adam else \
-        (lambda net: dict(embeddings=None, head=None))
+    if ends_to_adam:
+        ends = lambda net: dict(embeddings=net.embed, head=net.head)  # noqa: E731
+    else:
+        ends = lambda net: dict(embeddings=[net.get_submodule(n) for n in to_adam] or None, head=None)  # noqa: E731
     adam_fallback = dict(adam_lr=3e-4, adam_betas=(0.9, 0.95), adam_eps=1e-8, adam_weight_decay=0.0)
     whitening = dict(beta_cov=0.95, damping=1e-3, stat_interval=1, root_interval=10, root_method="eigh",
                      root_tol=None, warmup_steps=0, weight_decay=0.0, stats_dtype=torch.float64)
@@ -185,9 +194,15 @@ def perturbed(net, size: float, seed: int):
 
 
 @functools.lru_cache(maxsize=None)
+def _rotation():
+    """The chapter's Haar-random rotation ``Q`` of the stream (seed 3)."""
+    return linalg.random_orthogonal(SHAPE["width"], generator(3))
+
+
+@functools.lru_cache(maxsize=None)
 def _net_and_twin():
     net = network()
-    return net, residual.rotate_stream(net, linalg.random_orthogonal(SHAPE["width"], generator(3)))
+    return net, residual.rotate_stream(net, _rotation())
 
 
 @functools.lru_cache(maxsize=None)
@@ -266,188 +281,263 @@ def training(runs: dict | None = None) -> Figure:
     return fig
 
 
-def iso_bump(runs: dict, steps: int = 20) -> Figure:
-    """Section 8.5: the first ``steps`` steps of Iso's gap for the variants in ``runs``
-    (label -> :class:`~isolab.book.residual.TwinRun`), with the refresh of the inverse roots
-    every ten steps marked."""
-    fig = Figure(figsize=(style.FIG_WIDTH, 4.3))
-    ax = fig.add_axes((0.1, 0.42, 0.86, 0.48))
-    colors = style.sequence(len(runs), start=0.0, stop=0.8)
-    markers = "osD^vP*X"
-    for (label, run), color, marker in zip(runs.items(), colors, markers):
-        ax.plot(run.gap[: steps + 1].clamp_min(1e-17).numpy(), color=color, marker=marker, markersize=5, label=label)
-    for t in range(1, steps + 1, 10):
-        ax.axvline(t, color=style.ROLES["muted"], lw=1.0, ls="--", zorder=0)
-    ax.text(1.3, 2e-11, "inverse roots\nrecomputed", fontsize=_SMALL, color=style.ROLES["bound"], va="top")
-    ax.set_yscale("log")
-    ax.set_yticks([1e-16, 1e-14, 1e-12, 1e-10], ["1e-16", "1e-14", "1e-12", "1e-10"])
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.set(xlim=(0, steps), ylim=(1e-16, 1e-10), xlabel="step", ylabel="output gap ‖f − f′‖/‖f‖",
-           xticks=list(range(0, steps + 1, 5)),
-           title="Iso's early bump comes from reused inverse roots, with or without a rotation")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.2), ncol=2, fontsize=_SMALL, columnspacing=1.5)
-    return fig
+# ------------------------------------------------------------------ an exact msign that is not equivariant (8.3)
+def plain_svd_msign(M: torch.Tensor) -> torch.Tensor:
+    """``U Vᵀ`` of the thin SVD ``M = U S Vᵀ``, every singular value mapped to 1, zeros too.
+
+    On a rank-deficient ``M`` the singular vectors of the zero singular values are any
+    orthonormal basis of the null spaces (whichever LAPACK returns), so the result is not a
+    function of ``M`` alone and does not rotate with it. :func:`isolab.linalg.msign` maps
+    singular values below a tolerance to 0 instead (the pseudo-inverse), as the
+    Newton–Schulz polynomial, with ``p(0) = 0``, does."""
+    U, _, Vh = torch.linalg.svd(M, full_matrices=False)
+    return U @ Vh
 
 
-# ------------------------------------------------------------------ the explorable (8.7)
-#: The explorable's grid: the rotation angle θ (main) and a factor on every learning rate.
-THETAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0)
-LR_SCALES = (0.3, 1.0, 3.0)
-EXPLORE_STEPS = 100
-RESULTS = "ch08_rotation_runs.npz"  # in results/ (isolab.book.figures.saved)
+class PlainSVDMuon(Muon):
+    """The book's Muon with ``exact=True``, except that its polar factor is
+    :func:`plain_svd_msign` (a zero singular value becomes 1)."""
+
+    def _direction(self, it):
+        if not it.group["exact"]:
+            return super()._direction(it)
+        full = it.full
+        return plain_svd_msign(full.reshape(full.shape[0], -1)).reshape(full.shape)
+
+
+def plain_svd_run(steps: int = STEPS) -> residual.TwinRun:
+    """The twins trained by :class:`PlainSVDMuon` (exact polar factor, the section 8.4 settings)."""
+    net, twin = _net_and_twin()
+    adam = dict(adam_lr=3e-4, adam_betas=(0.9, 0.95), adam_eps=1e-8, adam_weight_decay=0.0)
+    make = lambda model: PlainSVDMuon(model, LR["Muon"], 0.95, nesterov=True, ns_steps=5, exact=True,  # noqa: E731
+                                      weight_decay=0.0, compute_dtype=torch.float64, adjust_lr_fn="original",
+                                      embeddings=None, head=None, **adam)
+    x, y, x_eval, y_eval = problem()
+    return residual.train_twins(copy.deepcopy(net), copy.deepcopy(twin), make, x[:steps], y[:steps], x_eval, y_eval)
+
+
+# ------------------------------------------------------------------ the centerpiece (8.5)
+#: The eight matrices on the stream, in the order Adam takes them over: the input and output
+#: projections first (Muon's usual recipe gives them to Adam), then the blocks.
+ADAM_ORDER = ("embed", "head", "blocks.0.inp", "blocks.0.out", "blocks.1.inp", "blocks.1.out",
+              "blocks.2.inp", "blocks.2.out")
+#: The same matrices along the stream, as the right panel draws them, with their symbols.
+STREAM_ORDER = ("embed", "blocks.0.inp", "blocks.0.out", "blocks.1.inp", "blocks.1.out", "blocks.2.inp",
+                "blocks.2.out", "head")
+SYMBOLS = {"embed": "$E$", "head": "$U$", **{f"blocks.{i}.{part}": f"${m}_{i + 1}$" for i in range(3)
+                                             for part, m in (("inp", "A"), ("out", "B"))}}
+PARTNERS = ("SGD", "Muon", "Iso")
+#: Adam's settings for the matrices it trains: the matrix optimizers' own Adam group of section 8.4.
+ADAM_GROUP = dict(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+
+
+def _sizes() -> dict:
+    net = network()
+    return {name: net.get_submodule(name).weight.numel() for name in ADAM_ORDER}
+
+
+#: The main slider: the share (%) of the stream weights that Adam trains when it takes the
+#: first k = 0, ..., 8 matrices of :data:`ADAM_ORDER` (rounded; 4 % is E alone, 6 % E and U).
+SHARES = tuple(round(100 * sum(list(_sizes().values())[:k]) / sum(_sizes().values())) for k in range(9))
+
+
+class _Together:
+    """Several optimizers stepped as one (each owns its own parameters)."""
+
+    def __init__(self, *opts):
+        self.opts = opts
+
+    def zero_grad(self):
+        for opt in self.opts:
+            opt.zero_grad()
+
+    def step(self):
+        for opt in self.opts:
+            opt.step()
+
+    def remove_hooks(self):
+        for opt in self.opts:
+            getattr(opt, "remove_hooks", lambda: None)()
+
+
+def mixed_optimizer(partner: str, k: int):
+    """A factory ``net -> optimizer``: Adam (:data:`ADAM_GROUP`) trains the first ``k``
+    matrices of :data:`ADAM_ORDER`, ``partner`` (SGD, Muon or Iso, with the section 8.4
+    settings) the rest. The hidden-unit biases go where the partner sends them (SGD trains
+    them; Muon and Iso give them to their Adam group, which has the same settings)."""
+    if partner not in PARTNERS or not 0 <= k <= len(ADAM_ORDER):
+        raise ValueError(f"partner must be one of {PARTNERS} and 0 <= k <= 8, got {partner!r}, {k!r}")
+
+    def make(net):
+        chosen = [net.get_submodule(name) for name in ADAM_ORDER[:k]]
+        weights = {id(m.weight) for m in chosen}
+        if partner == "SGD" or k == len(ADAM_ORDER):     # a matrix optimizer needs a matrix left to train
+            adam = torch.optim.Adam([m.weight for m in chosen], **ADAM_GROUP) if chosen else None
+            rest = [p for p in net.parameters() if id(p) not in weights]
+            other = (torch.optim.SGD(rest, lr=LR["SGD"], momentum=0.9, dampening=0.0, weight_decay=0.0)
+                     if partner == "SGD" else torch.optim.Adam(rest, **ADAM_GROUP))
+            return _Together(*[o for o in (other, adam) if o is not None])
+        return optimizer(partner, LR[partner], to_adam=ADAM_ORDER[:k])(net)
+
+    return make
+
+
+def matrix_drift(trained, trained_twin, Q) -> dict:
+    r"""``{name: ‖W′ − R(W)‖_F / ‖R(W)‖_F}`` for each stream matrix: how far the trained twin's
+    matrix is from the rotated copy of the trained original's (``R``: the recipe of
+    :func:`isolab.book.residual.rotate_stream`, ``A → QᵀA`` and so on)."""
+    rotated = dict(residual.rotate_stream(trained, Q).named_parameters())
+    twin = dict(trained_twin.named_parameters())
+    return {name: ((twin[f"{name}.weight"] - rotated[f"{name}.weight"]).norm()
+                   / rotated[f"{name}.weight"].norm()).item() for name in STREAM_ORDER}
+
+
+class ShareRun(NamedTuple):
+    """One pair trained with Adam on a share of the stream (:func:`share_run`)."""
+
+    gap: np.ndarray      #: relative output gap after each step (index 0: before training)
+    loss: np.ndarray     #: the original network's held-out loss after each step
+    drift: dict          #: each stream matrix's drift from the rotated original after the run
 
 
 @functools.lru_cache(maxsize=None)
-def _skew():
-    return residual.random_skew(SHAPE["width"], generator(9))
+def share_run(partner: str, share: int) -> ShareRun:
+    """The pair of section 8.4 trained for :data:`STEPS` steps with Adam on the first ``k``
+    stream matrices (``share = SHARES[k]``) and ``partner`` on the rest."""
+    k = SHARES.index(share)
+    net, twin = _net_and_twin()
+    a, b = copy.deepcopy(net), copy.deepcopy(twin)
+    x, y, x_eval, y_eval = problem()
+    run = residual.train_twins(a, b, mixed_optimizer(partner, k), x, y, x_eval, y_eval)
+    return ShareRun(run.gap.numpy(), run.loss.numpy(), matrix_drift(a, b, _rotation()))
 
 
-def rotation_run(name: str, theta: float, lr_scale: float) -> residual.TwinRun:
-    """Train the pair for :data:`EXPLORE_STEPS` steps with the twin rotated by
-    ``Q(θ) = exp(θK)`` (``K``: :func:`isolab.book.residual.random_skew`, seed 9): the computation
-    that ``scripts/ch08_rotation_runs.py`` saved for every grid point."""
-    net = _net_and_twin()[0]
-    rotated = residual.rotate_stream(net, residual.rotation(_skew(), theta))
-    return train(name, net, rotated, lr_scale, steps=EXPLORE_STEPS)
+def share_grid() -> dict:
+    """Every run of the centerpiece's grid, ``{(partner, share): ShareRun}`` (27 pairs,
+    about 15 s on one core; cached)."""
+    return {(p, s): share_run(p, s) for p in PARTNERS for s in SHARES}
 
 
-@functools.lru_cache(maxsize=None)
-def rotation_runs() -> dict:
-    """The saved grid: ``{"gap": (θ, lr, optimizer, step), "loss": ...}`` as NumPy arrays,
-    with the grid it was computed on (checked against :data:`THETAS`, :data:`LR_SCALES`)."""
-    with np.load(saved_result(RESULTS)) as f:
-        data = {k: f[k] for k in f.files}
-    if tuple(data["thetas"]) != THETAS or tuple(data["lr_scales"]) != LR_SCALES or tuple(data["names"]) != NAMES:
-        raise ValueError(f"{RESULTS} was computed on another grid: rerun scripts/ch08_rotation_runs.py")
-    return data
+def _trainers(share):
+    """The stream matrices Adam trains at ``share``."""
+    return set(ADAM_ORDER[:SHARES.index(share)])
 
 
-def _run(theta, lr_scale):
-    d = rotation_runs()
-    i, j = THETAS.index(theta), LR_SCALES.index(lr_scale)
-    return {n: (d["gap"][i, j, k], d["loss"][i, j, k]) for k, n in enumerate(NAMES)}
+def draw_share(fig, share, partner):
+    """Left: the output gap against the step with Adam on ``share`` % of the stream weights
+    and ``partner`` on the rest (the runs with none and with all to Adam in grey). Right: each
+    stream matrix's drift from the rotated original after the run, coloured by its trainer."""
+    run, adam = share_run(partner, share), _trainers(share)
+    ax, ax_m = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.5, 1]})
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.15, top=0.8, wspace=0.45)
+    steps = np.arange(STEPS + 1)
+    for ref, text, where in ((0, "no Adam", 0.4), (100, "all Adam", 100 * share_run(partner, 100).gap[-1] + 0.5)):
+        if ref != share:
+            ax.plot(steps, 100 * share_run(partner, ref).gap, color=style.ROLES["muted"], lw=1.5)
+            ax.text(STEPS * 0.98, where, text, ha="right", va="bottom", fontsize=_SMALL, color=style.ROLES["bound"])
+    ax.plot(steps, 100 * run.gap, **style.line(partner, markevery=25, lw=2.2))
+    ax.set(xlim=(0, STEPS), ylim=(-0.3, GAP_YLIM), xlabel="step", ylabel="output gap ‖f − f′‖/‖f‖ (%)")
+    ax.set_xticks([0, 100, 200])
+    largest = run.gap.max()
+    ax.set_title(f"Adam on {share}% of the weights, {partner} the rest:\nlargest gap "
+                 + (f"{largest:.1%}" if largest > 1e-4 else fmt(largest)), fontsize=style.FONT_SIZE)
+    # right: each matrix's drift, coloured by the optimizer that trains it
+    x = np.arange(len(STREAM_ORDER))
+    values = [max(run.drift[name], _FLOOR) for name in STREAM_ORDER]
+    colors = [style.color("Adam" if name in adam else partner) for name in STREAM_ORDER]
+    ax_m.bar(x, [v - _FLOOR for v in values], bottom=_FLOOR, color=colors, width=0.75)
+    ax_m.set_yscale("log")
+    ax_m.set_yticks([1e-15, 1e-10, 1e-5, 1], ["1e-15", "1e-10", "1e-5", "1"])
+    ax_m.yaxis.set_minor_locator(NullLocator())
+    ax_m.set(ylim=(_FLOOR, 30), xlim=(-0.6, len(x) - 0.4), ylabel="drift of the matrix")
+    ax_m.set_xticks(x, [SYMBOLS[name] for name in STREAM_ORDER])
+    ax_m.set_title("each matrix vs the\nrotated original", fontsize=style.FONT_SIZE)
+    for i, (name, label) in enumerate((("Adam", "Adam"), (partner, partner))):
+        ax_m.text(0.03 + 0.5 * i, 0.97, f"■ {label}", transform=ax_m.transAxes, va="top", ha="left",
+                  fontsize=_SMALL, color=style.text_color(style.color(name)))
 
 
-def _max_gap(theta, lr_scale, name) -> float:
-    """Largest gap of one optimizer's run over its finite part (a diverged run stops)."""
-    gap = _run(theta, lr_scale)[name][0]
-    finite = gap[np.isfinite(gap)]
-    return float(finite.max()) if finite.size else 0.0
+_FLOOR = 1e-17      # exact zeros and rounding-level drifts are drawn on the floor of the log axis
+GAP_YLIM = 12.0     # the left panel's axis, in % of the output (the largest gap of the grid is 11%)
 
 
-def sgd_iso_worst(theta, lr_scale) -> float:
-    """The larger of SGD's and Iso's largest gaps (before a divergence, if any)."""
-    return max(_max_gap(theta, lr_scale, "SGD"), _max_gap(theta, lr_scale, "Iso"))
+def largest_gap(share, partner) -> tuple:
+    """``(partner, largest gap)`` of the run at ``share``."""
+    return partner, float(share_run(partner, share).gap.max())
 
 
-def adam_gap(theta, lr_scale) -> float:
-    """Adam's largest gap over the 100 steps."""
-    return _max_gap(theta, lr_scale, "Adam")
+class GrowsFor:
+    """A promise predicate: the measured ``(partner, value)`` pairs grow along the main
+    slider for the partners named (the others are not promised anything)."""
 
-
-def muon_over_adam(theta, lr_scale) -> float:
-    """Muon's largest gap as a fraction of Adam's (0 at θ = 0, where both are 0)."""
-    adam = adam_gap(theta, lr_scale)
-    return _max_gap(theta, lr_scale, "Muon") / adam if adam > 0 else 0.0
-
-
-class GrowsUpTo:
-    """A promise predicate: the values along θ do not decrease while θ ≤ ``limit``."""
-
-    def __init__(self, limit: float):
-        self.limit = limit
+    def __init__(self, partners):
+        self.partners = tuple(partners)
 
     def __call__(self, values) -> bool:
-        kept = [v for theta, v in zip(THETAS, values) if theta <= self.limit]
-        return all(b >= a for a, b in zip(kept, kept[1:]))
+        if values[0][0] not in self.partners:
+            return True
+        v = [value for _, value in values]
+        return all(b > a for a, b in zip(v, v[1:]))
 
     def __repr__(self) -> str:
-        return f"non-decreasing for θ <= {self.limit:g}"
+        return f"increasing for {', '.join(self.partners)}"
 
 
-def max_gaps(lr_scale) -> dict:
-    """``{optimizer: [largest gap at each θ of the grid]}`` at one learning-rate factor (0 at
-    θ = 0, where the twin is the network itself)."""
-    return {name: [_max_gap(theta, lr_scale, name) for theta in THETAS] for name in NAMES}
+def untouched(share, partner) -> tuple:
+    """``(share, largest gap)``: at share 0 no matrix is trained by Adam."""
+    return share, float(share_run(partner, share).gap.max())
 
 
-_FLOOR = 1e-17      # exact zeros are drawn on the floor of the log axis
+def partner_drift(share, partner) -> tuple:
+    """``(share, the smallest drift among the matrices the partner trains)`` (inf if none)."""
+    run, adam = share_run(partner, share), _trainers(share)
+    rest = [run.drift[name] for name in STREAM_ORDER if name not in adam]
+    return share, min(rest) if rest else math.inf
 
 
-def draw_rotation(fig, theta, lr_scale):
-    """Left: the output gap against the step at the chosen θ, one curve per optimizer,
-    labelled with its held-out loss. Right: each optimizer's largest gap against θ (the
-    grid's θ evenly spaced, θ = 0 included), the chosen θ marked."""
-    runs = _run(theta, lr_scale)
-    ax, ax_t = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.45, 1]})
-    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.16, top=0.86, wspace=0.7)
-    steps = np.arange(EXPLORE_STEPS + 1)
-    if theta == 0:
-        ax.text(0.5, 0.5, "θ = 0: Q = I, the twin is the\nnetwork itself; every gap is\nexactly 0 at every step",
-                transform=ax.transAxes, ha="center", va="center", fontsize=style.FONT_SIZE,
-                color=style.ROLES["ink"])
-        for name in runs:   # no curves to label: name the optimizers of the right panel here
-            ax.plot([], [], **style.line(name))
-        ax.legend(loc="lower center", ncol=3, fontsize=_SMALL, frameon=False)
-    else:
-        ends = {}
-        for name, (gap, loss) in runs.items():
-            ax.plot(steps, np.maximum(gap, _FLOOR), **style.line(name, markevery=20))
-            finite = np.flatnonzero(np.isfinite(gap))
-            if finite[-1] == EXPLORE_STEPS:  # the label also says how well the run trained
-                ends[f"{name}  {loss[-1]:.3f}"] = max(float(gap[-1]), _FLOOR)
-            else:  # diverged: label the curve where it stops
-                ends[f"{name}  stops at {finite[-1] + 1}"] = (float(finite[-1]), max(float(gap[finite[-1]]), _FLOOR))
-        _label_curves(ax, ends, log=True, min_gap=1.3, x_end=EXPLORE_STEPS, upper=0.2)
-    _log_gap_axes(ax, EXPLORE_STEPS, ticks=(1e-15, 1e-10, 1e-5, 1))
-    ax.set_xticks([0, 50, 100])
-    ax.set(ylabel="output gap ‖f − f′‖/‖f‖", title=f"θ = {theta:g} rad, learning rates × {lr_scale:g}")
-    # right: the largest gap of each optimizer at every angle
-    x = np.arange(len(THETAS))
-    for name, gaps in max_gaps(lr_scale).items():
-        ax_t.plot(x, np.maximum(gaps, _FLOOR), **style.line(name, markersize=4))
-    ax_t.axvline(THETAS.index(theta), color=style.ROLES["highlight"], lw=1.5, zorder=0)
-    ax_t.set_yscale("log")
-    ax_t.set_yticks([1e-15, 1e-10, 1e-5, 1], ["1e-15", "1e-10", "1e-5", "1"])
-    ax_t.yaxis.set_minor_locator(NullLocator())
-    ticks = [0, THETAS.index(0.1), THETAS.index(1.0), len(THETAS) - 1]
-    ax_t.set(ylim=(_FLOOR, 3), xlim=(-0.3, len(THETAS) - 0.7), xlabel="rotation θ (rad)",
-             ylabel="largest gap")
-    ax_t.set_xticks(ticks, [f"{THETAS[i]:g}" for i in ticks])
-    ax_t.set_title("every angle (labels: left)", fontsize=style.FONT_SIZE)
+SHARE_CAPTION = (
+    "Adam trains a share of the eight matrices on the stream (the input projection E and output projection U "
+    "first, then each block's read A and write B), a partner (SGD, Muon or Iso) trains the rest, and the "
+    "network f and its twin f′, its stream rotated by Q, see the same 200 batches. Left: the output gap ‖f − f′‖/‖f‖ against "
+    "the step, with the runs with no Adam and with all Adam in grey. Right: how far each matrix W′ of the "
+    "twin ends from the rotated copy R(W) of the original's (R: A → QᵀA, B → BQ, ...), ‖W′ − R(W)‖/‖W‖, "
+    "coloured by the optimizer that trains it. Move the share: with no Adam the twins stay identical to "
+    "rounding; from 4% on they part by more than 0.1% of the output; with SGD or Iso on the rest the "
+    "largest gap grows with the share; and every matrix drifts, the partner's too."
+)
 
 
-def rotation_explorable() -> Explorable:
-    """Section 8.7: rotate the twin by ``exp(θK)`` (θ, main) and scale every learning rate."""
+def share_explorable() -> Explorable:
+    """Section 8.5: the share of the stream Adam trains (main) and the partner that trains the rest."""
     return Explorable(
-        draw_rotation,
-        [Slider("theta", THETAS, label="rotation θ (rad)", default=1.0),
-         Slider("lr_scale", LR_SCALES, label="learning rate ×", default=1.0)],
-        main="theta",
-        figsize=(style.FIG_WIDTH, 3.6),
+        draw_share,
+        [Slider("share", SHARES, label="share of the stream weights Adam trains", default=6, fmt="{}%"),
+         Slider("partner", PARTNERS, label="the rest trained by", default="Iso", fmt="{}")],
+        main="share",
+        figsize=(style.FIG_WIDTH, 3.8),
         static_colors=48,
-        caption=("Output gap between a residual network and its twin rotated by Q = exp(θK), six optimizers, "
-                 "100 steps. Left: the gap against the step at the chosen angle, each label giving the original "
-                 "network's held-out loss after the 100 steps (a run that diverges stops where its label says); "
-                 "right: each optimizer's largest gap at every angle, the chosen one marked. Move θ: Adam's gap "
-                 "grows with the angle up to θ = 1 and then levels off, while SGD and Iso stay below 1e-10 at "
-                 "every angle. Muon stays more than a hundred times below Adam; at three times its learning rate "
-                 "it amplifies rounding to about 1e-5."),
+        narrow="panels",
+        caption=SHARE_CAPTION,
+        alt=("The output gap between a residual network and its rotated twin when Adam trains a share of the "
+             "stream matrices and SGD, Muon or Iso the rest, and each matrix's drift from the rotated original."),
         promises=[
-            Promise("Adam's gap grows with the angle up to θ = 1", adam_gap, GrowsUpTo(1.0)),
-            Promise("SGD and Iso stay below 1e-10 at every angle", sgd_iso_worst,
-                    always(lambda g: g < 1e-10, "below 1e-10")),
-            Promise("Muon stays more than a hundred times below Adam", muon_over_adam,
-                    always(lambda r: r < 1e-2, "below 1/100")),
+            Promise("with no Adam the twins stay identical to rounding", untouched,
+                    always(lambda v: v[0] > 0 or v[1] < 1e-10, "largest gap < 1e-10 at share 0")),
+            Promise("from 4% on they part by more than 0.1% of the output", untouched,
+                    always(lambda v: v[0] == 0 or v[1] > 1e-3, "largest gap > 1e-3 at every share > 0")),
+            Promise("with SGD or Iso on the rest the largest gap grows with the share", largest_gap,
+                    GrowsFor(("SGD", "Iso"))),
+            Promise("every matrix drifts, the partner's too", partner_drift,
+                    always(lambda v: v[0] == 0 or v[1] > 1e-3, "each partner-trained matrix drifts > 1e-3")),
         ],
     )
 
 
-EXPLORABLES = (rotation_explorable,)
+EXPLORABLES = (share_explorable,)
 
 
-# ------------------------------------------------------------------ Muon's sensitivity (8.5)
-#: The variants of Muon tested against the perturbed copy in section 8.5: label -> options of :func:`train`.
+# ------------------------------------------------------------------ Muon's sensitivity (8.6)
+#: The variants of Muon tested against the perturbed copy in section 8.6: label -> options of :func:`train`.
 MUON_VARIANTS = {
     "exact polar factor": dict(exact=True),
     "learning rate falling to 0": dict(decay=True),
@@ -457,7 +547,7 @@ MUON_RESULTS = "ch08_muon_controls.npz"  # in results/ (isolab.book.figures.save
 
 
 def shadow_network():
-    """Section 8.5's control: the network with every weight times ``1 + 1e-12·N(0, 1)`` (seed 7)."""
+    """Section 8.6's control: the network with every weight times ``1 + 1e-12·N(0, 1)`` (seed 7)."""
     return perturbed(_net_and_twin()[0], 1e-12, seed=7)
 
 

@@ -13,12 +13,15 @@ Each figure and the chapter's printed checks share one computation here:
   the target each first step keeps and the loss after one tuned step (:func:`formula_losses`),
   where Muon's step, the best orthogonal one for this loss, beats Iso's.
 - :func:`recovery` / :func:`recovery_figure`: mean ``cos(first step, A)`` against
-  ``kappa`` for the three eigenbases (large-batch formulas, 16 targets).
-- :func:`tuned_losses` / :func:`tuned_loss_figure` / :func:`loss_table`: the loss after
-  one tuned step, from the experiment engine and from the closed form.
-- :func:`explore` / :func:`draw_first_step` / :func:`first_step_explorable`: the target,
-  Adam's and Iso's first steps and the tuned losses (log axis) as ``kappa``, the eigenbasis
-  (a toggle: ``"diagonal"`` or ``"random"``) and the batch change.
+  ``kappa`` for the three eigenbases (large-batch formulas, :data:`TARGETS` targets, each with
+  its own Haar basis in the random case; :func:`recovery_samples` keeps every target).
+- :func:`batch_losses`, :func:`formula_samples`, :func:`formula_losses`, :func:`interval`,
+  :func:`tuned_loss_figure`, :func:`loss_table`: the loss after one exactly tuned step,
+  on Gaussian batches of 1024 and along the large-batch steps, per target, with 95%
+  intervals for the means.
+- :func:`explore` / :func:`draw_difference` / :func:`difference_explorable`: the centerpiece:
+  Iso's first step, the differences Muon − Iso and Adam − Iso, and each optimizer's tuned loss
+  relative to Iso's, as ``kappa`` (main slider) and the eigenbasis (a toggle) change.
 
 ``EXPLORABLES`` lists the explorable builders (``tests/book/test_captions.py`` checks their
 caption promises over the whole slider grid).
@@ -35,15 +38,17 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from isolab.book import first_step
-from isolab.book.explorable import Explorable, FigureMessage, Promise, Slider, always, nonincreasing
+from isolab.book.explorable import Explorable, Promise, Slider, always, nondecreasing
 from isolab.book.figures import style
 from isolab.book.plotting import log_ticks
 from isolab.book.seeding import generator
 
 __all__ = [
-    "N", "NAMES", "KAPPAS", "BASIS_TITLES", "HERO_A", "polar_angle", "hero", "cosine", "recovery",
-    "mirrored_rows", "recovery_figure", "tuned_losses", "formula_losses", "tuned_loss_figure", "loss_table", "explore", "draw_first_step",
-    "first_step_explorable", "EXPLORABLES",
+    "N", "NAMES", "KAPPAS", "BASIS_TITLES", "HERO_A", "TARGETS", "polar_angle", "hero", "cosine", "sigmas",
+    "interval", "recovery", "recovery_samples", "mirrored_rows", "recovery_figure", "HYPER", "batch_losses",
+    "formula_samples", "formula_losses", "tuned_loss_figure", "loss_table", "explore", "draw_difference",
+    "difference_explorable", "muon_iso_rms", "adam_iso_rms", "muon_vs_iso", "adam_signs_diagonal", "TIE_RTOL",
+    "EXPLORABLES",
 ]
 
 N = 16
@@ -138,6 +143,11 @@ def hero() -> Figure:
 
 
 # ---------------------------------------------------------------- 9.6: recovery of A
+#: Targets per setting: each its own A, its own Gaussian batch and, in the random basis, its
+#: own Haar-random eigenbasis, so that the intervals cover every draw the chapter makes.
+TARGETS = 256
+
+
 @functools.lru_cache(maxsize=None)
 def _exact_batch():
     return first_step.orthogonal_batch(256, N, generator(2))          # Z^T Z = b I
@@ -145,21 +155,39 @@ def _exact_batch():
 
 @functools.lru_cache(maxsize=None)
 def _targets():
-    return torch.randn(16, N, N, generator=generator(3), dtype=torch.float64)
+    return torch.randn(TARGETS, N, N, generator=generator(3), dtype=torch.float64)
 
 
 @functools.lru_cache(maxsize=None)
-def recovery(kind: str, kappas: tuple = KAPPAS) -> dict:
-    """``{kappa: {optimizer: mean cos(first step, A)}}`` over 16 targets ``A``, on an exact
-    batch (the large-batch formulas), with ``Sigma`` in the eigenbasis ``kind``."""
+def sigmas(kind: str, kappa: float) -> torch.Tensor:
+    """``(TARGETS, n, n)``: Σ for each target, in the eigenbasis ``kind`` (a fresh Haar draw,
+    seed ``s``, for target ``s`` in the random basis; the same matrix otherwise)."""
+    return torch.stack([first_step.sigma_in_basis(kappa, first_step.eigenbasis(N, kind, seed=s))
+                        for s in range(TARGETS)])
+
+
+def interval(values) -> tuple[float, float]:
+    """``(mean, half-width)`` of a normal 95% interval for the mean of ``values``."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), float(1.96 * v.std(ddof=1) / math.sqrt(len(v)))
+
+
+@functools.lru_cache(maxsize=None)
+def recovery_samples(kind: str, kappas: tuple = KAPPAS) -> dict:
+    """``{kappa: {optimizer: cos(first step, A) per target}}`` on an exact batch (the
+    large-batch formulas), :data:`TARGETS` targets, Σ in the eigenbasis ``kind``."""
     Z, As = _exact_batch(), _targets()
-    basis = first_step.eigenbasis(N, kind)
     out = {}
     for kappa in kappas:
-        S = first_step.sigma_in_basis(kappa, basis)
+        S = sigmas(kind, kappa)
         steps = first_step.first_steps(Z @ S, Z @ S @ As)
-        out[kappa] = {k: cosine(D, As).mean().item() for k, D in steps.items()}
+        out[kappa] = {k: cosine(D, As).numpy() for k, D in steps.items()}
     return out
+
+
+def recovery(kind: str, kappas: tuple = KAPPAS) -> dict:
+    """``{kappa: {optimizer: mean cos(first step, A)}}`` over :data:`TARGETS` targets."""
+    return {k: {n: float(v.mean()) for n, v in d.items()} for k, d in recovery_samples(kind, kappas).items()}
 
 
 def mirrored_rows(step) -> int:
@@ -198,55 +226,73 @@ HYPER = {"Muon": {"exact": True, "momentum": 0.0}, "Iso": {"damping": 0.0, "mome
 
 
 @functools.lru_cache(maxsize=None)
-def tuned_losses(kind: str, seeds: tuple = (0, 1, 2, 3), kappas: tuple = KAPPAS) -> tuple[dict, dict]:
-    """``(engine, formula)``, each ``{kappa: {optimizer: mean L(W_1)/L(0)}}`` over ``seeds``:
-    the engine's best single step on a Gaussian batch of 1024
-    (:func:`isolab.book.first_step.tuned_one_step`) and the closed-form line search along the
-    large-batch direction, for ``Sigma`` in the eigenbasis ``kind``."""
-    engine = {}
-    for kappa in kappas:
-        p = first_step.RegressionInBasis(n=N, batch=1024, condition_number=kappa, kind=kind)
-        engine[kappa] = {k: float(np.mean([first_step.tuned_one_step(p, k.lower(), seed=s, hyper=HYPER.get(k))
-                                           ["relative_loss"] for s in seeds])) for k in NAMES}
-    return engine, formula_losses(kind, seeds, kappas)
-
-
-@functools.lru_cache(maxsize=None)
-def formula_losses(kind: str, seeds: tuple = (0, 1, 2, 3), kappas: tuple = KAPPAS) -> dict:
-    """``{kappa: {optimizer: mean L(W_1)/L(0)}}``: the closed-form line search along each
-    large-batch first step (an exact batch), for the targets of ``seeds``."""
+def batch_losses(kind: str, kappas: tuple = KAPPAS) -> dict:
+    """``{kappa: {optimizer: L(W_1)/L(0) per target}}``: the exactly tuned single step
+    (:func:`isolab.book.first_step.line_search`) along each optimizer's first step on a
+    Gaussian batch of 1024 (target ``s`` with batch ``s`` of
+    :class:`~isolab.book.first_step.RegressionInBasis`, the data the optimizers see in the
+    engine), :data:`TARGETS` targets, Σ in the eigenbasis ``kind``."""
     out = {}
     for kappa in kappas:
-        p = first_step.RegressionInBasis(n=N, batch=1024, condition_number=kappa, kind=kind)
-        At = torch.stack([p.target_matrix(s) for s in seeds])
-        Z = _exact_batch()
-        steps = first_step.first_steps(Z @ p.sigma, Z @ p.sigma @ At)
-        out[kappa] = {k: first_step.line_search(D, At, p.sigma)[1].mean().item() for k, D in steps.items()}
+        problems = [first_step.RegressionInBasis(n=N, batch=1024, condition_number=kappa, kind=kind,
+                                                 basis_seed=s if kind == "haar" else 0) for s in range(TARGETS)]
+        A = torch.stack([p.target_matrix(s) for s, p in enumerate(problems)])
+        X, T = (torch.stack(t) for t in zip(*(p.batch(step=0, seed=s) for s, p in enumerate(problems))))
+        S = torch.stack([p.sigma for p in problems])
+        steps = first_step.first_steps(X, T)
+        out[kappa] = {k: first_step.line_search(D, A, S)[1].numpy() for k, D in steps.items()}
     return out
 
 
-def loss_table(kinds=("diagonal", "haar")) -> None:
-    """Print the engine's tuned losses (the numbers behind :func:`tuned_loss_figure`)."""
+@functools.lru_cache(maxsize=None)
+def formula_samples(kind: str, kappas: tuple = KAPPAS) -> dict:
+    """Like :func:`batch_losses` along the large-batch first steps (an exact batch), for the
+    same targets and Σ."""
+    out = {}
+    for kappa in kappas:
+        problems = [first_step.RegressionInBasis(n=N, batch=1024, condition_number=kappa, kind=kind,
+                                                 basis_seed=s if kind == "haar" else 0) for s in range(TARGETS)]
+        A = torch.stack([p.target_matrix(s) for s, p in enumerate(problems)])
+        S = torch.stack([p.sigma for p in problems])
+        Z = _exact_batch()
+        steps = first_step.first_steps(Z @ S, Z @ S @ A)
+        out[kappa] = {k: first_step.line_search(D, A, S)[1].numpy() for k, D in steps.items()}
+    return out
+
+
+def formula_losses(kind: str, kappas: tuple = KAPPAS) -> dict:
+    """``{kappa: {optimizer: mean L(W_1)/L(0)}}`` along the large-batch first steps."""
+    return {k: {n: float(v.mean()) for n, v in d.items()} for k, d in formula_samples(kind, kappas).items()}
+
+
+def loss_table(kinds=("diagonal", "haar")) -> str:
+    """The numbers behind :func:`tuned_loss_figure`: the mean tuned loss on the batches with
+    its 95% interval, per basis, κ and optimizer."""
+    lines = []
     for kind in kinds:
-        engine, _ = tuned_losses(kind)
-        print(f"loss after one tuned step / initial loss, {BASIS_TITLES[kind]} (trained, b = 1024)")
-        print("  kappa  " + "".join(f"{k:>9s}" for k in NAMES))
+        data = batch_losses(kind)
+        lines.append(f"tuned loss / L(0), {BASIS_TITLES[kind]}, b = 1024, {TARGETS} targets (mean ± 95%)")
+        lines.append("kappa " + "".join(f"{k:>13s}" for k in NAMES))
         for kappa in KAPPAS:
-            print(f"  {kappa:5d}  " + "".join(f"{engine[kappa][k]:9.3f}" for k in NAMES))
+            lines.append(f"{kappa:5d} " + "".join("{:>13s}".format("{:.3f} ± {:.3f}".format(*interval(data[kappa][k])))
+                                                  for k in NAMES))
+    return "\n".join(lines)
 
 
-def tuned_loss_figure(kinds=("diagonal", "haar"), seeds: tuple = (0, 1, 2, 3)) -> Figure:
-    """Loss after one tuned step against κ: markers the engine, lines the closed form."""
+def tuned_loss_figure(kinds=("diagonal", "haar")) -> Figure:
+    """Loss after one tuned step against κ: markers the mean on Gaussian batches of 1024 with
+    its 95% interval, lines the large-batch formulas."""
     fig = Figure(figsize=(style.FIG_WIDTH, 4.0))
     axes = fig.subplots(1, len(kinds), sharey=True, squeeze=False)[0]
     fig.subplots_adjust(left=0.08, right=0.9, bottom=0.14, top=0.8, wspace=0.12)
     for ax, kind in zip(axes, kinds):
-        engine, formula = tuned_losses(kind, tuple(seeds))
+        batch, formula = batch_losses(kind), formula_losses(kind)
         ends = {}
         for name in NAMES:
             ax.plot(KAPPAS, [formula[k][name] for k in KAPPAS], **style.line(name, markers=False, alpha=0.7))
-            ax.plot(KAPPAS, [engine[k][name] for k in KAPPAS], **style.line(name, linestyle="none"))
-            ends[name] = engine[KAPPAS[-1]][name]
+            mean, half = zip(*(interval(batch[k][name]) for k in KAPPAS))
+            ax.errorbar(KAPPAS, mean, yerr=half, capsize=2, **style.line(name, linestyle="none", markersize=5))
+            ends[name] = mean[-1]
         ax.set_xscale("log")
         log_ticks(ax.xaxis, range(0, 4))
         ax.set(xlim=(0.8, 1000), ylim=(0, 0.6), xlabel="condition number κ(Σ)")
@@ -255,92 +301,84 @@ def tuned_loss_figure(kinds=("diagonal", "haar"), seeds: tuple = (0, 1, 2, 3)) -
     _direct_labels(axes[-1], KAPPAS[-1], ends, gap=0.035)
     axes[0].set_yticks([0, 0.2, 0.4, 0.6])
     axes[0].set_ylabel("L(W₁) / L(0) after one tuned step")
-    fig.suptitle("markers: the optimizers themselves (b = 1024); lines: the large-batch formulas",
-                 fontsize=_SMALL, y=0.985)
+    fig.suptitle(f"markers: mean over {TARGETS} targets on batches of 1024 (bars: 95% interval); "
+                 "lines: the large-batch formulas", fontsize=_SMALL, y=0.985)
     return fig
 
 
-# --------------------------------------------------------------------- 9.8: explorable
+# ------------------------------------------------------------- 9.8: the centerpiece
 EXPLORE_KAPPAS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-EXPLORE_BASES = ("diagonal", "random")                 # toggle values; "random" is the Haar basis
+EXPLORE_BASES = ("diagonal", "random")                 # toggle values; "random" is a Haar basis
 _KIND = {"diagonal": "diagonal", "random": "haar"}
 _SHORT_BASIS = {"diagonal": "Σ diagonal", "random": "random basis"}
-EXPLORE_BATCHES = (16, 64, 1024)                 # 60 frames: five stops would take 2.8 MB, over the budget
-#: The loss axis of the bars: logarithmic, so that small losses stay apart (Muon's tick
-#: below Iso's at large κ, where both are a few per cent).
-LOSS_YLIM = (1e-2, 1.5)
+#: The range of the heatmaps (entries of steps scaled to a unit RMS entry) and of the bars
+#: (tuned loss relative to Iso's, in %): values beyond are drawn at the edge, labelled.
+HEAT_RANGE, DIFF_RANGE, BAR_RANGE = 2.0, 0.6, 30.0
 _HEAT = colormaps["RdBu_r"].with_extremes(bad="none")  # the gaps between the maps stay blank
+_OTHERS = ("SGD", "Adam", "Muon", "IsoAdam")
+_SHOWN = ("Muon", "Adam")     # the two whose difference from Iso the maps show
 
 
 @functools.lru_cache(maxsize=None)
-def _explore_data():
-    A = torch.randn(N, N, generator=generator(6), dtype=torch.float64)
-    Z = torch.randn(max(EXPLORE_BATCHES), N, generator=generator(7), dtype=torch.float64)
-    return A, Z, first_step.orthogonal_batch(64, N, generator(8))
+def _explore_target():
+    return (torch.randn(N, N, generator=generator(6), dtype=torch.float64),
+            first_step.orthogonal_batch(64, N, generator(8)))
+
+
+def _unit(M):
+    return M / M.square().mean().sqrt()
 
 
 @functools.lru_cache(maxsize=None)
-def explore(kappa, basis, batch) -> dict:
-    """Everything the explorable shows at one setting: the target ``A``, each first step
-    on the Gaussian batch of size ``batch`` and on an exact batch (b → ∞), the loss after
-    one tuned step for both, Adam's and Iso's cosines with ``A`` and the share of Adam's
-    signs that agree with ``sgn(A)``."""
-    A, Z, Z_exact = _explore_data()
+def explore(kappa, basis) -> dict:
+    """Everything the centerpiece shows at one setting, on an exact batch (the large-batch
+    first steps) with one target ``A``: Iso's step and the differences Muon − Iso and
+    Adam − Iso (each step scaled to a unit RMS entry), their RMS, each optimizer's tuned loss
+    relative to Iso's, and the share of Adam's signs equal to those of ``A``."""
+    A, Z = _explore_target()
     S = first_step.sigma_in_basis(kappa, first_step.eigenbasis(N, _KIND[basis]))
-    Xb = Z[:batch] @ S
-    steps = first_step.first_steps(Xb, Xb @ A)
-    limit = first_step.first_steps(Z_exact @ S, Z_exact @ S @ A)
-    finite = all(bool(torch.isfinite(D).all()) for D in steps.values())
-    out = {"A": A, "steps": steps, "finite": finite,
-           "rel_limit": {k: first_step.line_search(limit[k], A, S)[1].item() for k in NAMES},
-           "adam_agree_limit": (torch.sign(limit["Adam"]) == torch.sign(A)).double().mean().item(),
-           "iso_cos_limit": cosine(limit["Iso"], A).item()}
-    if finite:
-        out["rel"] = {k: first_step.line_search(steps[k], A, S)[1].item() for k in NAMES}
-        out["cos"] = {k: cosine(steps[k], A).item() for k in ("Adam", "Iso")}
-        out["adam_agree"] = (torch.sign(steps["Adam"]) == torch.sign(A)).double().mean().item()
-        out["adam_wrong"] = torch.nonzero(torch.sign(steps["Adam"]) != torch.sign(A)).numpy()
-    return out
+    steps = {k: _unit(D) for k, D in first_step.first_steps(Z @ S, Z @ S @ A).items()}
+    rel = {k: first_step.line_search(D, A, S)[1].item() for k, D in steps.items()}
+    muon, adam = steps["Muon"] - steps["Iso"], steps["Adam"] - steps["Iso"]
+    rms = lambda M: M.square().mean().sqrt().item()  # noqa: E731
+    return {"iso": steps["Iso"], "muon": muon, "adam": adam, "muon_rms": rms(muon), "adam_rms": rms(adam),
+            "rel": rel, "vs_iso": {k: rel[k] / rel["Iso"] - 1 for k in _OTHERS},
+            "adam_signs": (torch.sign(steps["Adam"]) == torch.sign(A)).double().mean().item()}
 
 
-def draw_first_step(fig, kappa, basis, batch):
-    """Left: A, Adam's step (dots where its sign differs from A's) and Iso's step, one image;
-    right: the loss after one tuned step per optimizer, black ticks at b → ∞."""
-    d = explore(kappa, basis, batch)
-    if not d["finite"]:
-        raise FigureMessage("This batch is too small for Cov(X) to be inverted: choose b >= n.")
-    ax_maps, ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.6, 1]})
-    shown = [d["A"], d["steps"]["Adam"], d["steps"]["Iso"]]
-    strip = torch.full((N, 3 * N + 4), float("nan"), dtype=torch.float64)
-    for i, M in enumerate(shown):
-        strip[:, i * (N + 2):i * (N + 2) + N] = M / M.square().mean().sqrt()
-    image = ax_maps.imshow(strip.numpy(), cmap=_HEAT, vmin=-2, vmax=2, interpolation="nearest")
-    style.colorbar(fig, image, ax_maps, "entry / RMS entry", ticks=[-2, 0, 2])
-    wrong = d["adam_wrong"]
-    if len(wrong):
-        ax_maps.scatter(wrong[:, 1] + N + 2, wrong[:, 0], s=7, color=style.ROLES["ink"], marker="o", linewidths=0)
-    centers = [i * (N + 2) + (N - 1) / 2 for i in range(3)]
-    kept = f"{100 * d['adam_agree']:.0f}% of A's signs\n(b → ∞: {100 * d['adam_agree_limit']:.0f}%)"
-    ax_maps.set_xticks(centers, ["target A", f"Adam: cos {d['cos']['Adam']:.2f},\n{kept}",
-                                 f"Iso: cos {d['cos']['Iso']:.2f}"])
-    ax_maps.set(yticks=[], ylabel="input i",
-                title=f"{_SHORT_BASIS[basis]}, κ = {kappa}, b = {batch}")
-    ax_maps.tick_params(axis="x", length=0)
-    ax_maps.spines[:].set_visible(False)
-    ax.bar(range(5), [d["rel"][k] - LOSS_YLIM[0] for k in NAMES], bottom=LOSS_YLIM[0],
-           color=[style.color(k) for k in NAMES])
-    floor = 1.2 * LOSS_YLIM[0]   # a tick below the axis (SGD solves κ = 1 exactly) sits on the floor, labelled
-    ticks = [d["rel_limit"][k] for k in NAMES]
-    ax.scatter(range(5), np.maximum(ticks, floor), marker="_", s=300, linewidths=2, color=style.ROLES["target"])
-    for i, value in enumerate(ticks):
-        if value < floor:
-            ax.text(i, floor * 1.15, "≈ 0", ha="center", va="bottom", fontsize=_SMALL, color=style.ROLES["ink"],
-                    bbox=dict(facecolor=style.ROLES["background"], edgecolor="none", pad=0.5))
-    ax.set_yscale("log")
-    ax.set(ylim=LOSS_YLIM, xticks=range(5), ylabel="tuned loss / L(0)",
-           title=f"ticks: b → ∞\nMuon {d['rel_limit']['Muon']:.3f}, Iso {d['rel_limit']['Iso']:.3f}")
-    log_ticks(ax.yaxis, (-2, -1, 0))
-    ax.set_xticklabels(list(NAMES), rotation=45, ha="right", rotation_mode="anchor")
+def draw_difference(fig, kappa, basis):
+    """Left: Iso's first step; middle: how Muon's and Adam's differ from it (their own colour
+    scale, so that the smaller Muon − Iso stays visible); right: Muon's and Adam's tuned loss
+    relative to Iso's, in %."""
+    d = explore(kappa, basis)
+    axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [1, 1, 1, 0.8]})
+    fig.subplots_adjust(left=0.03, right=0.89, bottom=0.27, top=0.83, wspace=0.3)
+    maps = (("iso", "Iso's step\nmsign(ΣA)", HEAT_RANGE), ("muon", f"Muon − Iso\nRMS {d['muon_rms']:.2f}", DIFF_RANGE),
+            ("adam", f"Adam − Iso\nRMS {d['adam_rms']:.2f}", DIFF_RANGE))
+    images = []
+    for ax, (key, title, top) in zip(axes, maps):
+        images.append(ax.imshow(d[key].numpy(), cmap=_HEAT, vmin=-top, vmax=top, interpolation="nearest"))
+        ax.set_title(title, fontsize=style.FONT_SIZE)
+        ax.set(xticks=[], yticks=[])
+    for image, host, label, top in ((images[0], [axes[0]], "entry (unit RMS)", HEAT_RANGE),
+                                    (images[1], list(axes[1:3]), "difference of entries", DIFF_RANGE)):
+        bar = fig.colorbar(image, ax=host, orientation="horizontal", fraction=0.07, pad=0.06, aspect=20 * len(host))
+        bar.set_label(label)
+        bar.set_ticks([-top, 0, top], labels=[f"−{top:g}", "0", f"{top:g}"])
+        bar.outline.set_linewidth(0.5)
+    ax = axes[3]
+    values = [100 * d["vs_iso"][k] for k in _SHOWN]
+    shown = np.clip(values, -BAR_RANGE, BAR_RANGE)
+    ax.bar(range(len(_SHOWN)), shown, color=[style.color(k) for k in _SHOWN], width=0.6)
+    ax.axhline(0, color=style.color("Iso"), lw=2)
+    for i, (v, h) in enumerate(zip(values, shown)):
+        ax.text(i, h + (2 if h >= 0 else -2), f"{v:+.0f}%".replace("-", "−") if abs(v) >= 0.5 else "0%",
+                ha="center", va="bottom" if h >= 0 else "top", fontsize=_SMALL, color=style.ROLES["ink"])
+    ax.set(ylim=(-BAR_RANGE - 14, BAR_RANGE + 14), xlim=(-0.6, len(_SHOWN) - 0.4))
+    ax.set_yticks([-BAR_RANGE, 0, BAR_RANGE], [f"−{BAR_RANGE:.0f}%", "Iso", f"+{BAR_RANGE:.0f}%"])
+    ax.set_xticks(range(len(_SHOWN)), list(_SHOWN))
+    ax.yaxis.tick_right()
+    ax.set_title("tuned loss\nvs Iso's", fontsize=style.FONT_SIZE)
 
 
 #: Muon's and Iso's large-batch steps coincide at κ = 1, where their losses tie up to the
@@ -348,56 +386,59 @@ def draw_first_step(fig, kappa, basis, batch):
 TIE_RTOL = 1e-9
 
 
-def muon_minus_iso(kappa, basis, batch) -> float:
-    """Muon's large-batch tuned loss minus Iso's (the black ticks), relative to Iso's."""
-    rel = explore(kappa, basis, batch)["rel_limit"]
-    return (rel["Muon"] - rel["Iso"]) / rel["Iso"]
+def muon_iso_rms(kappa, basis) -> tuple:
+    """``(κ, RMS of Muon − Iso)``."""
+    return kappa, explore(kappa, basis)["muon_rms"]
 
 
-def iso_loss(kappa, basis, batch) -> float:
-    """Iso's tuned loss on the figure's batch (its bar)."""
-    return explore(kappa, basis, batch)["rel"]["Iso"]
+def adam_iso_rms(kappa, basis) -> float:
+    """RMS of Adam − Iso."""
+    return explore(kappa, basis)["adam_rms"]
 
 
-def adam_signs_limit(kappa, basis, batch) -> float:
-    """The share of Adam's large-batch signs equal to sgn(A)."""
-    return explore(kappa, basis, batch)["adam_agree_limit"]
+def muon_vs_iso(kappa, basis) -> float:
+    """Muon's tuned loss relative to Iso's, minus 1."""
+    return explore(kappa, basis)["vs_iso"]["Muon"]
 
 
-def adam_signs_diagonal(kappa, basis, batch) -> tuple:
-    """(basis, share of Adam's large-batch signs equal to sgn(A))."""
-    return basis, explore(kappa, basis, batch)["adam_agree_limit"]
+def adam_signs_diagonal(kappa, basis) -> tuple:
+    """(basis, share of Adam's signs equal to sgn(A))."""
+    return basis, explore(kappa, basis)["adam_signs"]
 
 
 CAPTION = (
-    "The target A, Adam's and Iso's first steps on this batch (each scaled to a unit RMS entry; dots mark "
-    "where Adam's sign differs from A's) and the loss after one tuned step for each optimizer, with black "
-    "ticks at b → ∞. Raise κ: Iso's bar falls, and Muon's tick is never above Iso's. The share of A's signs "
-    "that Adam keeps at b → ∞ never rises with κ; with Σ diagonal it stays at 100%."
+    "One target A (16 × 16), the large-batch first steps, each scaled to a unit root-mean-square (RMS) "
+    "entry. Left: Iso's first step msign(ΣA), the polar factor of ΣA; middle: how Muon's step msign(Σ²A) and Adam's sgn(Σ²A) differ from it (on their "
+    "own colour scale, ±0.6); right: Muon's and Adam's loss after one tuned step relative to Iso's (a value "
+    "beyond ±30% stops at the edge, labelled). Raise κ(Σ), the condition number of Σ: the Muon − Iso map is "
+    "blank at κ = 1 only; Adam − Iso grows with κ; Muon's bar is never above Iso's; and with Σ diagonal "
+    "Adam's step stays sgn(A)."
 )
 
 
-def first_step_explorable() -> Explorable:
-    """The first step as κ (main slider), the eigenbasis of Σ and the batch change."""
+def difference_explorable() -> Explorable:
+    """The centerpiece: κ(Σ) (main slider) and the eigenbasis of Σ."""
     return Explorable(
-        draw_first_step,
+        draw_difference,
         [Slider("kappa", list(EXPLORE_KAPPAS), label="κ(Σ)", default=100),
-         Slider("basis", list(EXPLORE_BASES), label="eigenbasis of Σ", default="random", fmt="{}"),
-         Slider("batch", list(EXPLORE_BATCHES), label="batch b", default=1024)],
+         Slider("basis", list(EXPLORE_BASES), label="eigenbasis of Σ", default="random", fmt="{}")],
         main="kappa",
         static_colors=96,
-        figsize=(style.FIG_WIDTH, 3.4),
+        figsize=(style.FIG_WIDTH, 3.6),
+        narrow="panels",
         caption=CAPTION,
+        alt=("Iso's first step and the differences Muon minus Iso and Adam minus Iso as heatmaps, and each "
+             "optimizer's tuned loss relative to Iso's, as the condition number of Σ changes."),
         promises=[
-            Promise("Iso's bar falls", iso_loss, nonincreasing(tol=0.0)),
-            Promise("Muon's tick is never above Iso's", muon_minus_iso,
+            Promise("the Muon − Iso map is blank at κ = 1 only", muon_iso_rms,
+                    always(lambda v: (v[1] < 1e-12) == (v[0] == 1), "RMS < 1e-12 exactly at κ = 1")),
+            Promise("Adam − Iso grows with κ", adam_iso_rms, nondecreasing()),
+            Promise("Muon's bar is never above Iso's", muon_vs_iso,
                     always(lambda v: v <= TIE_RTOL, f"<= {TIE_RTOL:.0e} relative (they tie at κ = 1)")),
-            Promise("The share of A's signs that Adam keeps at b → ∞ never rises with κ", adam_signs_limit,
-                    nonincreasing(tol=1e-12)),
-            Promise("with Σ diagonal it stays at 100%", adam_signs_diagonal,
+            Promise("with Σ diagonal Adam's step stays sgn(A)", adam_signs_diagonal,
                     always(lambda v: v[0] != "diagonal" or v[1] == 1.0, "100% wherever Σ is diagonal")),
         ],
     )
 
 
-EXPLORABLES = (first_step_explorable,)
+EXPLORABLES = (difference_explorable,)
