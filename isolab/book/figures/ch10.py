@@ -348,9 +348,9 @@ def edges(grid: EdgeGrid | None = None) -> Explorable:
             right.plot(lams, es, **look(name, label=short(name), markers=False))
             right.plot([lam], [grid.edge(name, kappa, sc, ang)], marker=look(name)["marker"], color=_color(name),
                        markersize=9, linestyle="none")
-        right.plot([1, 1e4], [0.4, 0.4e-4], color="0.4", linestyle="--", linewidth=1.5)
+        right.plot([1, 1e4], [0.4, 0.4e-4], color=style.ROLES["bound"], linestyle="--", linewidth=1.5)
         right.text(0.04, 0.04, "dashed: 0.4 / largest\neigenvalue", transform=right.transAxes,
-                   fontsize=style.FONT_SIZE - 1, color="0.3", va="bottom")
+                   fontsize=style.FONT_SIZE - 1, color=style.ROLES["ink"], va="bottom")
         right.set(xscale="log", yscale="log", xlim=(0.6, 2e4), ylim=(2e-5, 5), xlabel="largest eigenvalue of Σ",
                   ylabel="stability edge (largest stable rate)")
         right.set_title("each κ of the slider")
