@@ -122,6 +122,11 @@ def main(argv=None) -> int:
             with open(args.out, "w") as f:
                 json.dump({"world": world, "steps": args.steps, "sync": not args.no_sync, "max_replica_gap": gap,
                            "final_loss_rank0": loss.item()}, f)
+    # DDP's reducer holds the process group: free it while the group is alive. A gloo group
+    # whose last reference goes in a Python destructor can wait forever on its worker thread,
+    # which waits for the interpreter lock to free a finished collective (seen on torch 2.13).
+    del ddp
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

@@ -89,6 +89,8 @@ def main(argv=None) -> int:
         print(f"largest parameter difference between replicas: {gap:.3g}")
         print("elements per step sent to collectives by one process: "
               + ", ".join(f"{k} {v:,.0f}" for k, v in per_step.items()))
+    del ddp  # its reducer holds the group: free it first (see scripts/recipe_ddp.py)
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

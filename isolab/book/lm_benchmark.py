@@ -38,7 +38,7 @@ from torch import nn
 
 from isolab.optim import Iso, IsoAdam, Muon, split_parameters
 from .lm import sample_batch
-from .lm_protocol import LMData, data_seed, lr_factor, mean_and_se, window_losses
+from .lm_protocol import LMData, _Pair, data_seed, lr_factor, mean_and_se, window_losses
 from .lm_variants import VARIANTS
 from .seeding import generator
 
@@ -162,25 +162,6 @@ KNOBS = {
 def two_rates(name: str) -> bool:
     """Whether ``name`` has a rate of its own for the AdamW group (all but one-rate AdamW)."""
     return name != "adamw"
-
-
-class _Pair:
-    """Two optimizers stepped as one (a matrix optimizer and AdamW on the rest)."""
-
-    def __init__(self, *parts):
-        self.parts = parts
-
-    @property
-    def param_groups(self):
-        return [g for o in self.parts for g in o.param_groups]
-
-    def step(self):
-        for o in self.parts:
-            o.step()
-
-    def zero_grad(self, set_to_none: bool = True):
-        for o in self.parts:
-            o.zero_grad(set_to_none=set_to_none)
 
 
 def _split(model):

@@ -448,7 +448,7 @@ def test_a_skipped_step_leaves_parameters_and_state_as_they_were(name):
 KEYWORD_ORDER = [
     "nesterov", "eps", "weight_decay", "beta_cov", "beta", "damping", "stat_interval", "root_interval", "root_method",
     "root_tol", "warmup_steps", "shrinkage", "stat_rows", "graft", "graft_beta2", "graft_eps", "ns_steps",
-    "ns_coefficients", "exact", "compute_dtype", "adjust_lr_fn", "stats_dtype", "momentum_placement", "whiten",
+    "ns_coefficients", "exact", "compute_dtype", "adjust_lr_fn", "stats_dtype", "momentum_placement", "direction", "whiten",
     "adam_lr", "adam_betas", "adam_eps", "adam_weight_decay", "params", "embeddings", "head", "others",
     "sync_statistics", "process_group", "distribute_roots", "nonfinite", "grad_scaler",
 ]

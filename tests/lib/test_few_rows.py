@@ -22,6 +22,7 @@ ROWS, STEPS = 16, 5
 CASES = {
     "iso": (Iso, dict(lr=0.05, root_interval=2)),
     "iso-update-momentum": (Iso, dict(lr=0.05, root_interval=1, momentum_placement="update")),
+    "iso-polar": (Iso, dict(lr=0.02, root_interval=2, direction="polar")),
     "isoadam": (IsoAdam, dict(lr=1e-2, root_interval=2)),
     "isoadam-lean": (IsoAdam, dict(lr=1e-2, stat_interval=2, root_interval=2)),
     "shampoo": (Shampoo, dict(lr=0.01, root_interval=1)),

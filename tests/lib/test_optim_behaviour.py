@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from isolab import linalg
+from isolab import linalg, updates
 from isolab.optim import Iso, IsoAdam, Muon, Shampoo, SignSGD
 
 OPTIMIZERS = {
@@ -178,3 +178,51 @@ def test_lean_state_handles_an_exactly_zero_gradient_covariance():
         assert torch.isfinite(model[1].weight).all()
         assert torch.equal(model[0].weight, before), "a zero gradient must give a zero update"
         opt.remove_hooks()
+
+
+# ----------------------------------------------------------------------------- Iso(direction="polar")
+def _one_iso_step(direction, noise, n_in=8, n_out=24, b=256):
+    """One step of Iso on ``Linear(n_in, n_out)`` with the batch's own statistics (β = 0, μ = 0,
+    δ = 0): returns ``(ΔW, X, G)`` with ``G`` the output gradient of the summed loss."""
+    g = torch.Generator().manual_seed(0)
+    layer = nn.Linear(n_in, n_out, bias=False).double()
+    with torch.no_grad():
+        layer.weight.copy_(0.1 * torch.randn(n_out, n_in, generator=g, dtype=torch.float64))
+    X = torch.randn(b, n_in, generator=g, dtype=torch.float64)
+    target = X @ torch.randn(n_in, n_out, generator=g, dtype=torch.float64)
+    target = target + noise * torch.randn(b, n_out, generator=g, dtype=torch.float64)
+    opt = Iso(layer, lr=0.1, momentum=0.0, beta_cov=0.0, damping=0.0, root_interval=1, shrinkage=False,
+              stat_rows=None, stats_dtype=torch.float64, head=None, direction=direction)
+    before = layer.weight.detach().clone()
+    out = layer(X)
+    out.retain_grad()
+    (0.5 * (out - target).square().sum()).backward()
+    opt.step()
+    opt.remove_hooks()
+    return (layer.weight.detach() - before).T, X, out.grad
+
+
+@pytest.mark.parametrize("noise", [0.1, 10.0])
+def test_polar_direction_is_the_polar_factor_of_the_whitened_step_at_muons_length(noise):
+    dw, X, G = _one_iso_step("polar", noise)
+    white = updates.iso_update(X, G)  # the paper's batch step, (n_in, n_out)
+    shape = (24 / 8) ** 0.5
+    ref = -0.1 * linalg.msign_newton_schulz(white, steps=5) * shape
+    assert float((dw - ref).norm() / ref.norm()) < 1e-9
+    plain, _, _ = _one_iso_step("whitened", noise)
+    assert float((plain + 0.1 * white).norm() / white.norm()) < 1e-9
+    # the whitened step's length is the correlations' √Σρ², the polar step's Muon's √8·√3 (Newton–Schulz's band)
+    rho = torch.linalg.svdvals(white)
+    assert float(plain.norm() / 0.1) == pytest.approx(float(rho.square().sum().sqrt()), rel=1e-9)
+    assert 0.68 * 8**0.5 * shape < float(dw.norm() / 0.1) < 1.15 * 8**0.5 * shape
+
+
+def test_polar_direction_keeps_its_length_as_the_correlations_fall():
+    lengths = {d: [float(_one_iso_step(d, s)[0].norm()) for s in (0.1, 10.0)] for d in ("whitened", "polar")}
+    assert lengths["whitened"][1] < 0.6 * lengths["whitened"][0]  # noisier targets: weaker correlations
+    assert lengths["polar"][1] == pytest.approx(lengths["polar"][0], rel=0.05)
+
+
+def test_an_unknown_direction_is_named():
+    with pytest.raises(ValueError, match="direction.*'sign'"):
+        Iso(nn.Linear(4, 4), direction="sign", head=None)
