@@ -66,7 +66,8 @@ IMPLICIT = {
              "adjust_lr_fn": "original"},  # sqrt(max(1, rows/cols)) = 1 on square matrices
     "shampoo": {"graft": None, "graft_beta2": 0.999, "graft_eps": 1e-08},  # the 2018 form: no grafting
     "shampoo_graft": {"momentum": 0.0, "beta": 1.0, "graft": None},  # the lane sets graft="adam", beta=betas[1]
-    "iso": {"stat_interval": 1, "warmup_steps": 0},
+    "iso": {"stat_interval": 1, "warmup_steps": 0,
+            "direction": "whitened"},  # the paper's step; "polar" is a library option no lane runs
     "isoadam": {"stat_interval": 1, "warmup_steps": 0, "whiten": True},
     "soap": {"max_precondition_dim": 10000, "merge_dims": False, "precondition_1d": False,
              "correct_bias": True, "normalize_gradient": False, "data_format": "channels_first",
