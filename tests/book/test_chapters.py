@@ -545,3 +545,15 @@ def test_no_claim_on_the_site_cannot_fail(chapter):
                for kind, claim, measured, expected in panel["rows"]
                for reason in [cannot_fail(Check(claim, measured, expected, True, kind))] if reason]
     assert not vacuous, f"{chapter.stem}: claims that cannot fail:\n  " + "\n  ".join(vacuous)
+
+
+#: The main line a converted chapter may have (issue 34: 3,000 words, wordcount's definition).
+STANDARD_MAIN_LINE_WORDS = 3000
+
+
+@pytest.mark.parametrize("chapter", held(CHAPTER_NOTEBOOKS, ids=lambda p: p.stem))
+def test_a_converted_chapters_main_line_is_at_most_3000_words(chapter):
+    words = main_line_words(chapter)
+    assert words <= STANDARD_MAIN_LINE_WORDS, (
+        f"{chapter.stem}: the main line has {words:,} words, over {STANDARD_MAIN_LINE_WORDS:,}: fold detail "
+        "into dropdown asides or the appendix")
