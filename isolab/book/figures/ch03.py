@@ -434,8 +434,8 @@ def draw_normalizations(fig: Figure, kappa: float, angle: float, batch: int, sam
     ax_bar.set_ylim(0, 1.08)
     ax_bar.set_yticks([0, 0.5, 1], ["0", "0.5", "1"])
     ax_bar.tick_params(axis="y", labelsize=SMALL)
-    ax_bar.set_title(f"isotropy, BN {data['cov']['batch']:.2f}\nsolid cov., hatched Gram", loc="left",
-                     fontsize=style.FONT_SIZE)
+    ax_bar.set_title(f"isotropy\nBN {data['cov']['batch']:.2f}", loc="left", fontsize=style.FONT_SIZE)
+    ax_bar.set_xlabel("solid: covariance\nhatched: Gram", fontsize=SMALL)
 
 
 CAPTION = ("Drag θ, the rotation of Σ (d = 16 features): the spectra and bars of none, RMSNorm, ZCA and PCA do "
