@@ -161,9 +161,7 @@ def _draw_correlation_step(fig, sigma, rows):
     k = np.arange(1, len(o.rho) + 1)
     ax_rho.bar(k, o.rho, color=style.color("Iso"), width=0.75)
     ax_rho.step(k, o.floor, where="mid", color=style.ROLES["bound"], lw=2)
-    ax_rho.text(len(k) + 0.4, 0.62, "grey:\nnoise", color=style.ROLES["bound"], ha="right", va="bottom",
-                bbox=dict(facecolor=style.ROLES["background"], edgecolor="none", pad=1))
-    ax_rho.set(xlim=(0.3, len(k) + 0.7), ylim=(0, 1.05), xticks=[1, 8, 16], xlabel="i",
+    ax_rho.set(xlim=(0.3, len(k) + 0.7), ylim=(0, 1.05), xticks=[1, 8, 16], xlabel="i (grey: pure noise)",
                ylabel="ρᵢ of X and G")
     ax_rho.set_title(f"first batch\n√Σρᵢ² = {math.sqrt((o.rho ** 2).sum()):.2f}", loc="left",
                      fontsize=style.FONT_SIZE)
@@ -199,8 +197,9 @@ def _draw_correlation_step(fig, sigma, rows):
 
 CAPTION = (
     "Raise σ, the noise in the output gradients: the correlations ρᵢ sink toward those of pure noise "
-    "(grey, left). Iso's first step is (1 − μ²)√Σρᵢ² long, so Iso's first step shrinks as σ grows, while "
-    "the other three keep Muon's norm (middle). Iso's best η sits to the right of the others' (right), and "
+    "(grey, left). Iso's first step is (1 − μ²)√Σρᵢ² long (μ = 0.95, the momentum), so Iso's first step "
+    "shrinks as σ grows, while the other three keep Muon's norm (middle). Iso's best η sits to the right of "
+    "the others' (right: solid lines Muon and Iso, dashed Iso at Muon's norm, dash-dot Iso's polar factor), and "
     "tuned, Iso ends level with the fixed-size steps or ahead. The second slider sets the rows per step b, "
     "and with them the level of the pure noise."
 )
