@@ -321,8 +321,8 @@ def mechanism_figure(mech: Optional[Mapping]) -> Figure:
             last = float(np.mean(r["train_loss"][-20:]))
             ax.plot(*_smooth(rel), color=c, lw=1.8, label=f"{label}: {last:.2f}")
         ax.set_yscale("log")
-        log_ticks(ax.yaxis, [-3, -2, -1, 0])
-        ax.set(ylim=(1e-3, 3), xlabel="step", ylabel="whitened / Muon's norm")
+        log_ticks(ax.yaxis, [-4, -3, -2, -1, 0])
+        ax.set(ylim=(1e-4, 3), xlabel="step", ylabel="whitened / Muon's norm")  # room under the curves for the key
         ax.legend(loc="lower left", fontsize=style.FONT_SIZE - 1, title="schedule: last loss",
                   title_fontsize=style.FONT_SIZE - 1)
         ax.set_title(f"{ARCH_NAMES[arch]}: Iso's first {len(rel)} steps", loc="left", fontsize=style.FONT_SIZE)
