@@ -121,7 +121,9 @@ def hero() -> Figure:
     ax.annotate("", (gx, gy), (0, 0), arrowprops=dict(arrowstyle="-|>", color=style.ROLES["target"], lw=2.2,
                                                        shrinkA=0, shrinkB=0, mutation_scale=16))
     ax.text(gx + 0.06, gy - 0.02, "G", fontsize=style.FONT_SIZE + 1, color=style.ROLES["target"], va="center")
-    labels = {"sgd": ("−G/‖G‖ (SGD)", (-0.22, -0.36), "left", "top"),
+    # SGD's label sits inside the Frobenius circle, under its own arrow and right of the
+    # SignSGD arrow (the reader test saw it crossed by the circle and the diamond)
+    labels = {"sgd": ("−G/‖G‖\n(SGD)", (0.2, -0.16), "center", "top"),
               "muon": ("−msign(G)\n(Muon)", (-1.1, 0.16), "right", "bottom"),
               "sign": ("−sign(G)\n(SignSGD)", (-1.08, -1.0), "right", "top")}
     for opt, (text, (x, y), ha, va) in labels.items():
@@ -151,10 +153,20 @@ def hero() -> Figure:
                      arrowprops=dict(arrowstyle="-|>", color=style.ROLES["data"], lw=1.8, shrinkA=0, shrinkB=0))
         ax2.annotate("", (u[0], u[1]), (0, 0),
                      arrowprops=dict(arrowstyle="-|>", color=style.color("Muon"), lw=2.4, shrinkA=0, shrinkB=0))
-        ax2.text(s[i] * u[0] + 0.08 * (1 if u[0] >= 0 else -1), s[i] * u[1] + 0.08, f"s{sub[i]}u{sub[i]}",
-                 color=style.ROLES["data"], fontsize=_SMALL, ha="left" if u[0] >= 0 else "right")
-        ax2.text(1.1 * v[0], 1.1 * v[1] - 0.05, f"v{sub[i]}", color=style.ROLES["bound"], fontsize=_SMALL,
-                 ha="left" if v[0] >= 0 else "right", va="top")
+        if i == 0:  # s₁u₁ ends on the ellipse's far tip: its label goes just beyond it
+            ax2.text(s[i] * u[0] + 0.08, s[i] * u[1] + 0.08, f"s{sub[i]}u{sub[i]}", color=style.ROLES["data"],
+                     fontsize=_SMALL, ha="left")
+    # the other labels sit in the empty wedges between the arrows, not on them (the reader
+    # test saw s₂u₂ on the u₂ arrows and v₂ on the circle): s₂u₂ between u₂ and v₂, v₂
+    # between v₂ and u₁, v₁ beyond its tip below u₁
+    wedge = lambda a, b: (math.atan2(a[1], a[0]) + math.atan2(b[1], b[0])) / 2  # noqa: E731
+    u2, v2, u1, v1 = U[:, 1], V[:, 1], U[:, 0], V[:, 0]
+    for text, color, angle, radius in ((f"s{sub[1]}u{sub[1]}", style.ROLES["data"], wedge(u2, v2), 0.55),
+                                       (f"v{sub[1]}", style.ROLES["bound"], wedge(v2, u1), 0.68)):
+        ax2.text(radius * math.cos(angle), radius * math.sin(angle), text, color=color, fontsize=_SMALL,
+                 ha="center", va="center")
+    ax2.text(1.1 * v1[0], 1.1 * v1[1] - 0.05, f"v{sub[0]}", color=style.ROLES["bound"], fontsize=_SMALL,
+             ha="left", va="top")
     ax2.set_title("msign(M): the ellipse becomes a circle")
     ax2.text(-2.35, 1.85, f"M v = s u, msign(M) v = u\nsingular values {s[0]:.1f}, {s[1]:.1f} → 1, 1",
              ha="left", va="top", fontsize=_SMALL)
