@@ -126,24 +126,61 @@ def _picks(X: torch.Tensor) -> list[int]:
     return [int(X[:, 0].argmax()), int(X[:, 1].argmin()), int((X[:, 1] - X[:, 0]).argmax())]
 
 
+_MARKER = 13    # the followed samples' marker size (points)
+
+
 def _cloud(ax, P, Q, picks, lim, title) -> None:
     ax.scatter(P[:, 0], P[:, 1], s=7, color=DATA, linewidths=0, alpha=0.6)
     ax.scatter(Q[:, 0], Q[:, 1], s=7, color=HIGHLIGHT, linewidths=0, alpha=0.6)
     for Z, c, ls in ((Q, HIGHLIGHT, "-"), (P, DATA, (0, (3, 3)))):   # covariance ellipses, 2 standard deviations
         e = _ellipse(linalg.covariance(Z))
         ax.plot(e[:, 0], e[:, 1], color=c, lw=2.0, ls=ls)
-    edge = 0.86 * lim          # a followed sample beyond this is drawn on the edge, its ring dashed
+    ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal")
+    # Where each followed sample's marker goes. A sample beyond ``edge`` is drawn on the edge,
+    # its ring dashed; the edge leaves room for the whole ring inside the panel, and two
+    # markers that would overlap (two samples of one cloud on nearly one ray, or different
+    # samples of the two clouds) are pushed apart (and kept inside). The reader test saw, at
+    # κ = 30, markers 2 and 3 of the twin drawn on top of each other and cut at the edge.
+    # The same sample in both clouds may overlap: that says it barely moved.
+    pos = ax.get_position()
+    side = min(pos.width * ax.figure.get_figwidth(), pos.height * ax.figure.get_figheight())   # inches
+    gap = 1.1 * (_MARKER + 1.8) / 72 * 2 * lim / side       # a marker's diameter in data units, and a margin
+    edge = lim - max(0.12 * lim, gap / 2) - 0.04 * lim
+    marks = {}
     for k, i in enumerate(picks, 1):
         for Z, c in ((P, DATA), (Q, HIGHLIGHT)):
-            point = Z[i].numpy()
+            point = Z[i].numpy().astype(float)
             far = np.abs(point).max() > edge
             if far:
                 point = point * edge / np.abs(point).max()
-            ax.plot(*point, "o", ms=13, mfc="white", mec=c, mew=1.8)
-            if far:   # a dashed ring: the sample lies further out along this ray
-                ax.add_patch(_ring(point, lim, c))
-            ax.text(*point, str(k), ha="center", va="center", fontsize=SMALL, color=style.text_color(c), weight="bold")
-    ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xticks=[], yticks=[])
+            marks[k, c] = [point, far]
+    keys = list(marks)
+    for _ in range(20):
+        moved = False
+        for a in range(len(keys)):
+            for b in range(a + 1, len(keys)):
+                (ka, ca), (kb, cb) = keys[a], keys[b]
+                if ka == kb:
+                    continue
+                pa, pb = marks[keys[a]][0], marks[keys[b]][0]
+                d = pb - pa
+                dist = float(np.hypot(*d))
+                if dist >= gap:
+                    continue
+                if dist < 1e-9:
+                    d, dist = np.array([-pb[1], pb[0]]), float(np.hypot(pb[1], pb[0])) or 1.0
+                push = (gap - dist) / 2 * d / dist
+                marks[keys[a]][0] = np.clip(pa - push, -edge, edge)
+                marks[keys[b]][0] = np.clip(pb + push, -edge, edge)
+                moved = True
+        if not moved:
+            break
+    for (k, c), (point, far) in marks.items():
+        ax.plot(*point, "o", ms=_MARKER, mfc="white", mec=c, mew=1.8)
+        if far:   # a dashed ring: the sample lies further out along this ray
+            ax.add_patch(_ring(point, lim, c))
+        ax.text(*point, str(k), ha="center", va="center", fontsize=SMALL, color=style.text_color(c), weight="bold")
+    ax.set(xticks=[], yticks=[])
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.axhline(0, color=MUTED, lw=0.8, zorder=0)
@@ -166,13 +203,16 @@ def draw_twin(fig: Figure, kappa: float, direction: float) -> None:
     ax_raw, ax_white, ax_sv = (fig.add_subplot(grid[0, k]) for k in range(3))
     picks = _picks(d["X"])
     _cloud(ax_raw, d["X"], d["XA"], picks, RAW_LIM, f"inputs X and XA\nκ = {kappa:g}, at {direction:g}°")
-    ax_raw.text(0.02, 0.02, "X", color=DATA, transform=ax_raw.transAxes, fontsize=style.FONT_SIZE, weight="bold")
-    ax_raw.text(0.14, 0.02, "XA (twin)", color=style.text_color(HIGHLIGHT), transform=ax_raw.transAxes,
-                fontsize=style.FONT_SIZE, weight="bold")
+    # the key and the whitening map sit under their panels, where no cloud reaches (inside,
+    # the reader test saw "XA (twin)" crossed by the twin's ellipse and the map overdrawn by dots)
+    ax_raw.text(0.42, -0.03, "X", color=DATA, transform=ax_raw.transAxes, fontsize=style.FONT_SIZE, weight="bold",
+                ha="right", va="top")
+    ax_raw.text(0.5, -0.03, "XA (twin)", color=style.text_color(HIGHLIGHT), transform=ax_raw.transAxes,
+                fontsize=style.FONT_SIZE, weight="bold", ha="left", va="top")
     _cloud(ax_white, d["white"], d["white_twin"], picks, 3.6,
            f"whitened: one cloud,\nturned {abs(d['angle']):.0f}°")
-    ax_white.text(0.02, 0.02, r"$Z \mapsto Z\,\mathrm{Cov}(Z)^{-1/2}$", color=BOUND, transform=ax_white.transAxes,
-                  fontsize=SMALL)
+    ax_white.text(0.5, -0.03, r"$Z \mapsto Z\,\mathrm{Cov}(Z)^{-1/2}$", color=BOUND, transform=ax_white.transAxes,
+                  fontsize=SMALL, ha="center", va="top")
     width = 0.38
     ratios = {}
     for j, name in enumerate(TWIN_RULES):
