@@ -354,8 +354,16 @@ def _log_trace(key, i: int) -> np.ndarray:
 
 
 _LOG_B = np.log10(np.asarray(NOISE_BATCHES, dtype=float))
-_LABEL_AT = 10                                   # the right panel labels its curves at b = 10¹⁰
-_LOG_YLIM = (-7.0, math.log10(30))
+#: The right panel labels its curves at b = 10¹⁰, or at b = 10⁶ when the chosen b is 10⁹ or
+#: more (at 10¹⁰ the labels met the chosen b's line and markers: the reader test saw them
+#: crowd there at b = 10¹²). Beyond b = 10⁴ every curve is a power law of b, so the labels
+#: stack the same way at both places.
+_LABEL_AT, _LABEL_AT_HIGH_B = 10, 6
+#: Up to 200: the steps at b = 1 (near 10) keep clear of the top edge.
+_LOG_YLIM = (-7.0, math.log10(200))
+#: The right panel reaches half a decade beyond b = 1 and b = 10¹², so that the chosen b's
+#: markers and line are drawn whole there (the reader test saw them cut by the axes' edges).
+_LOG_B_LIM = (-0.6, 12.6)
 
 
 def _log_labels(ax, axis: str, exponents) -> None:
@@ -381,7 +389,9 @@ def _draw_batch_noise(fig, batch, beta2, eps):
         y = _log_trace(key, i)
         ax_t.plot(_TRACE_STEPS, y, **style.line(name, **trace))
         ends[name] = float(np.median(y[-30:]))
-    for name, y in zip(ends, style.spread_labels(list(ends.values()), 0.85, upper=_LOG_YLIM[1] - 0.3)):
+    # a decade and more apart: at b = 1 the three traces lie within a decade and the reader
+    # test saw their labels run into each other
+    for name, y in zip(ends, style.spread_labels(list(ends.values()), 1.1, upper=_LOG_YLIM[1] - 0.3)):
         ax_t.text(_TRACE + 3, y, name, color=style.text_color(style.color(name)), fontsize=_SMALL, va="center")
     ax_t.set(ylim=_LOG_YLIM, xlim=(0, _TRACE), xlabel="step", ylabel="‖step‖ / lr", xticks=[0, 150])
     _log_labels(ax_t, "y", [-6, -3, 0])
@@ -392,20 +402,22 @@ def _draw_batch_noise(fig, batch, beta2, eps):
     for name, key in _keys(beta2, eps):
         y = _log_stationary(key)
         ax_b.plot(_LOG_B, y, **style.line(name, markers=False))
-        ax_b.plot([_LOG_B[i]], [y[i]], marker=style.look(name).marker, color=style.color(name), ms=7)
-        ends[name] = float(y[_LABEL_AT])
+        ax_b.plot([_LOG_B[i]], [y[i]], marker=style.look(name).marker, color=style.color(name), ms=7, zorder=4)
+    at = _LABEL_AT if i < 9 else _LABEL_AT_HIGH_B
+    for name, key in _keys(beta2, eps):
+        ends[name] = float(_log_stationary(key)[at])
     halo = dict(facecolor=style.ROLES["background"], edgecolor="none", pad=0.5)
     for name, y in zip(ends, style.spread_labels(list(ends.values()), 1.3)):   # labels over the curves' tail
-        ax_b.text(_LOG_B[_LABEL_AT] + 0.3, y + 0.5, name, color=style.text_color(style.color(name)),
+        ax_b.text(_LOG_B[at] + 0.3, y + 0.5, name, color=style.text_color(style.color(name)),
                   fontsize=_SMALL, va="center", bbox=halo)
     log_b_star = -2 * math.log10(eps)
     if log_b_star <= _LOG_B[-1]:
         ax_b.axvline(log_b_star, color=style.color("Adam"), ls=":", lw=1.5)
         ax_b.text(log_b_star + 0.2, -6.6, "b* = 1/ε²", color=style.text_color(style.color("Adam")), fontsize=_SMALL)
     else:
-        ax_b.text(0.2, -6.6, f"b* = 1/ε² = {eps**-2:.0e}: off the chart", color=style.text_color(style.color("Adam")),
+        ax_b.text(0.5, -6.6, f"b* = 1/ε² = {eps**-2:.0e}: off the chart", color=style.text_color(style.color("Adam")),
                   fontsize=_SMALL)
-    ax_b.set(xlim=(0, 12), ylim=_LOG_YLIM, xlabel="batch size b")
+    ax_b.set(xlim=_LOG_B_LIM, ylim=_LOG_YLIM, xlabel="batch size b")
     _log_labels(ax_b, "x", [0, 6, 12])
     _log_labels(ax_b, "y", [-6, -3, 0])
     ax_b.set(ylabel="mean ‖step‖ / lr")
