@@ -105,7 +105,20 @@ def test_explorable_draws_every_setting():
     for basis in ch09.EXPLORE_BASES:
         for kappa in (1, ch09.EXPLORE_KAPPAS[-1]):
             fig = e.render(strict=True, kappa=kappa, basis=basis)
-            assert len(fig.axes) == 6  # three maps, two colorbars, the bars
+            assert len(fig.axes) == 7  # three maps, a colorbar under each, the bars
+            scales = [ax.images[0].get_clim() for ax in fig.axes[:3]]
+            assert scales == [(-ch09.HEAT_RANGE, ch09.HEAT_RANGE), (-ch09.DIFF_RANGE, ch09.DIFF_RANGE),
+                              (-ch09.ADAM_DIFF_RANGE, ch09.ADAM_DIFF_RANGE)]
+
+
+def test_each_difference_map_fits_its_scale():
+    """Each difference map's RMS sits well inside its own colour scale at every setting (on
+    Muon's ±0.6 the Adam − Iso map, RMS about 1, was saturated everywhere)."""
+    for basis in ch09.EXPLORE_BASES:
+        for kappa in ch09.EXPLORE_KAPPAS:
+            d = ch09.explore(kappa, basis)
+            assert d["muon_rms"] < ch09.DIFF_RANGE / 2 and d["adam_rms"] < ch09.ADAM_DIFF_RANGE / 2
+            assert d["adam"].abs().max().item() < 1.2 * ch09.ADAM_DIFF_RANGE
 
 
 def test_the_promises_can_fail():

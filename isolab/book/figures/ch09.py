@@ -312,8 +312,11 @@ EXPLORE_BASES = ("diagonal", "random")                 # toggle values; "random"
 _KIND = {"diagonal": "diagonal", "random": "haar"}
 _SHORT_BASIS = {"diagonal": "Σ diagonal", "random": "random basis"}
 #: The range of the heatmaps (entries of steps scaled to a unit RMS entry) and of the bars
-#: (tuned loss relative to Iso's, in %): values beyond are drawn at the edge, labelled.
-HEAT_RANGE, DIFF_RANGE, BAR_RANGE = 2.0, 0.6, 30.0
+#: (tuned loss relative to Iso's, in %): values beyond are drawn at the edge, labelled. Each
+#: difference map has its own scale, the same in every frame: Muon − Iso (RMS up to 0.21)
+#: on ±0.6, Adam − Iso (RMS 0.8 to 1.2, entries up to 3.3) on ±3; on ±0.6 the reader test
+#: saw the Adam − Iso map saturated everywhere.
+HEAT_RANGE, DIFF_RANGE, ADAM_DIFF_RANGE, BAR_RANGE = 2.0, 0.6, 3.0, 30.0
 _HEAT = colormaps["RdBu_r"].with_extremes(bad="none")  # the gaps between the maps stay blank
 _OTHERS = ("SGD", "Adam", "Muon", "IsoAdam")
 _SHOWN = ("Muon", "Adam")     # the two whose difference from Iso the maps show
@@ -348,21 +351,22 @@ def explore(kappa, basis) -> dict:
 
 def draw_difference(fig, kappa, basis):
     """Left: Iso's first step; middle: how Muon's and Adam's differ from it (their own colour
-    scale, so that the smaller Muon − Iso stays visible); right: Muon's and Adam's tuned loss
+    scale each, so that the smaller Muon − Iso stays visible and Adam − Iso fits); right: Muon's and Adam's tuned loss
     relative to Iso's, in %."""
     d = explore(kappa, basis)
     axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [1, 1, 1, 0.8]})
     fig.subplots_adjust(left=0.03, right=0.89, bottom=0.27, top=0.83, wspace=0.3)
     maps = (("iso", "Iso's step\nmsign(ΣA)", HEAT_RANGE), ("muon", f"Muon − Iso\nRMS {d['muon_rms']:.2f}", DIFF_RANGE),
-            ("adam", f"Adam − Iso\nRMS {d['adam_rms']:.2f}", DIFF_RANGE))
+            ("adam", f"Adam − Iso\nRMS {d['adam_rms']:.2f}", ADAM_DIFF_RANGE))
     images = []
     for ax, (key, title, top) in zip(axes, maps):
         images.append(ax.imshow(d[key].numpy(), cmap=_HEAT, vmin=-top, vmax=top, interpolation="nearest"))
         ax.set_title(title, fontsize=style.FONT_SIZE)
         ax.set(xticks=[], yticks=[])
-    for image, host, label, top in ((images[0], [axes[0]], "entry (unit RMS)", HEAT_RANGE),
-                                    (images[1], list(axes[1:3]), "difference of entries", DIFF_RANGE)):
-        bar = fig.colorbar(image, ax=host, orientation="horizontal", fraction=0.07, pad=0.06, aspect=20 * len(host))
+    for image, host, label, top in ((images[0], axes[0], "entry (unit RMS)", HEAT_RANGE),
+                                    (images[1], axes[1], "Muon − Iso entry", DIFF_RANGE),
+                                    (images[2], axes[2], "Adam − Iso entry", ADAM_DIFF_RANGE)):
+        bar = fig.colorbar(image, ax=host, orientation="horizontal", fraction=0.07, pad=0.06, aspect=20)
         bar.set_label(label)
         bar.set_ticks([-top, 0, top], labels=[f"−{top:g}", "0", f"{top:g}"])
         bar.outline.set_linewidth(0.5)
@@ -408,8 +412,8 @@ def adam_signs_diagonal(kappa, basis) -> tuple:
 
 CAPTION = (
     "One target A (16 × 16), the large-batch first steps, each scaled to a unit root-mean-square (RMS) "
-    "entry. Left: Iso's first step msign(ΣA), the polar factor of ΣA; middle: how Muon's step msign(Σ²A) and Adam's sgn(Σ²A) differ from it (on their "
-    "own colour scale, ±0.6); right: Muon's and Adam's loss after one tuned step relative to Iso's (a value "
+    "entry. Left: Iso's first step msign(ΣA), the polar factor of ΣA; middle: how Muon's step msign(Σ²A) and Adam's sgn(Σ²A) differ from it (each on "
+    "its own colour scale: ±0.6 for Muon, ±3 for Adam); right: Muon's and Adam's loss after one tuned step relative to Iso's (a value "
     "beyond ±30% stops at the edge, labelled). Raise κ(Σ), the condition number of Σ: the Muon − Iso map is "
     "blank at κ = 1 only; Adam − Iso grows with κ; Muon's bar is never above Iso's; and with Σ diagonal "
     "Adam's step stays sgn(A)."
