@@ -253,8 +253,9 @@ def mechanism_text(summary: Optional[Mapping], mech: Optional[Mapping] = None) -
 
 def mechanism_checks(summary: Optional[Mapping], mech: Optional[Mapping] = None) -> list:
     """The claims §14.4 makes of the mechanism's runs (none while they are missing): per
-    model, Iso's step in the median layer stays under a third of Muon's length after its
-    first 25 steps, and some layer's step exceeds Muon's length at some step."""
+    model, Iso's step in the median layer against Muon's length early and late, the test
+    batches' correlations against it at the end, how far the weights move against Muon's,
+    the spread of the first steps' schedules, and the largest layer's step."""
     from .checks import Check
 
     rows = []
@@ -266,10 +267,27 @@ def mechanism_checks(summary: Optional[Mapping], mech: Optional[Mapping] = None)
         late = max(v["dir_norm_over_muon"][1:])
         rows.append(Check(f"{label}: after step 25, Iso's step in the median layer is under a third of Muon's",
                           f"{late:.2f} at most", "< 0.33", late < 1 / 3))
+        w, probes = v["dir_norm_over_muon"], v["iso_norm_over_muon"]
+        rows.append(Check(f"{label}: in the median layer, under a quarter of Muon's over steps 1 to 25 and "
+                          "under a tenth after step 300", f"{w[0]:.2f}, {w[2]:.3f}", "< 0.25, < 0.1",
+                          w[0] < 0.25 and w[2] < 0.1))
+        rows.append(Check(f"{label}: at the end the test batches' correlations are more than twice the step",
+                          f"{probes[-1] / w[2]:.1f} times", "> 2", probes[-1] / w[2] > 2))
+        muon = _norm_run(summary, arch, "muon")
+        if muon:
+            moved = max(a / b for a, b in zip(v["rel_step"][1:], muon[1]["rel_step"][1:]))
+            rows.append(Check(f"{label}: after step 25 the weights move under half as far as Muon's",
+                              f"{moved:.2f} of Muon's at most", "< 0.5", moved < 0.5))
+        early = [e["last_loss"] for k, e in summary.get("early", {}).items() if k.startswith(f"early/{arch}/iso/")]
+        if early:
+            rows.append(Check(f"{label}: the four statistics schedules end Iso's first 300 steps within 0.1 nats",
+                              f"{min(early):.2f} to {max(early):.2f}", "spread <= 0.1",
+                              max(early) - min(early) <= 0.1))
         if mech:
             top = largest_step(mech, key)
-            rows.append(Check(f"{label}: some layer's step exceeds Muon's at some step", f"{top:.1f} times",
-                              "> 1", top > 1))
+            need = 4 if arch == "llama" else 1
+            rows.append(Check(f"{label}: some layer's step reaches {'over four times ' if need > 1 else ''}Muon's "
+                              "length at some step", f"{top:.2f} times", f">= {need}", top >= need))
     return rows
 
 

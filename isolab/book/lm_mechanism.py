@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Optional, Sequence
 
 import numpy as np
@@ -386,9 +387,11 @@ def summarize(runs: dict) -> dict:
         elif kind == "early":
             mn = np.asarray(r["muon_norm"])
             steps = len(r["train_loss"])
-            lag_x = np.nanmedian(np.asarray(r["residual_x"], dtype=np.float64), axis=1)
-            lag_g = np.nanmedian(np.asarray(r["residual_g"], dtype=np.float64), axis=1)
-            wn = np.nanmedian(np.asarray(r["whitened_norm"], dtype=np.float64) / mn, axis=1)
+            with warnings.catch_warnings():   # steps before the first statistics are all NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                lag_x = np.nanmedian(np.asarray(r["residual_x"], dtype=np.float64), axis=1)
+                lag_g = np.nanmedian(np.asarray(r["residual_g"], dtype=np.float64), axis=1)
+                wn = np.nanmedian(np.asarray(r["whitened_norm"], dtype=np.float64) / mn, axis=1)
             out["early"][key] = {"lag_x": _windows(lag_x, [(2, steps)])[0], "lag_g": _windows(lag_g, [(2, steps)])[0],
                                  "whitened_over_muon": _windows(wn, [(1, 25), (26, steps)]),
                                  "last_loss": _windows(r["train_loss"], [(max(1, steps - 19), steps)])[0],

@@ -18,6 +18,7 @@ not hold yet is drawn as the words "not yet measured", never as a curve.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -317,7 +318,9 @@ def mechanism_figure(mech: Optional[Mapping]) -> Figure:
             if label not in early:
                 continue
             r = early[label]
-            rel = np.nanmedian(np.asarray(r["whitened_norm"], dtype=float) / np.asarray(r["muon_norm"]), axis=1)
+            with warnings.catch_warnings():   # steps before the first statistics are all NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                rel = np.nanmedian(np.asarray(r["whitened_norm"], dtype=float) / np.asarray(r["muon_norm"]), axis=1)
             last = float(np.mean(r["train_loss"][-20:]))
             ax.plot(*_smooth(rel), color=c, lw=1.8, label=f"{label}: {last:.2f}")
         ax.set_yscale("log")
