@@ -160,8 +160,8 @@ class Iso(WhiteningOptimizer):
         shrinkage: bool = True, stat_rows: int | str | None = "auto", stats_dtype: torch.dtype = torch.float32,
         momentum_placement: str = "gradient", direction: str = "whitened", adam_lr: float = 3e-4,
         adam_betas: tuple[float, float] = (0.9, 0.95), adam_eps: float = 1e-8, adam_weight_decay: float = 0.0,
-        params=None, embeddings=None, head="auto", others: str = "raise", sync_statistics: bool | None = None, process_group=None, distribute_roots: bool = True,
-        nonfinite: str = "auto", grad_scaler=None,
+        params=None, embeddings=None, head="auto", others: str = "raise", sync_statistics: bool | None = None,
+        process_group=None, distribute_roots: bool = True, nonfinite: str = "auto", grad_scaler=None,
     ):
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, beta_cov=beta_cov,
                         damping=damping, stat_interval=stat_interval, root_interval=root_interval,
