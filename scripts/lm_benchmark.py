@@ -7,7 +7,7 @@ Usage::
 
     python scripts/lm_benchmark.py                 # pilot, then 300 and 1200 steps: results/lm_benchmark.json
     python scripts/lm_benchmark.py --plan          # the pilot only, then the planned cost of every cell
-    python scripts/lm_benchmark.py --mechanism     # after the benchmark: results/lm_mechanism.json
+    python scripts/lm_benchmark.py --mechanism     # after the benchmark: results/lm_mechanism.json.gz
     python scripts/lm_benchmark.py --summary       # the tables of a saved benchmark file
     python scripts/lm_benchmark.py --mechanism-summary   # the mechanism's numbers
     python scripts/lm_benchmark.py --size tiny --protocol smoke --out /tmp/b.json   # seconds (tests)
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ from isolab.book import lm_bench_protocol as BP, lm_benchmark as B, lm_mechanism
 from isolab.book.lm_protocol import load_data  # noqa: E402
 
 BENCH_OUT = ROOT / "results" / "lm_benchmark.json"
-MECH_OUT = ROOT / "results" / "lm_mechanism.json"
+MECH_OUT = ROOT / "results" / "lm_mechanism.json.gz"
 #: the mechanism's optimizers: per-layer norms along a run, the seed spread, the profile
 NORMS = ("iso", "isoadam", "muon", "adamw", "iso_norm", "iso_polar")
 EARLY = {"as tuned": {}, "batch statistics, fresh roots": {"beta_cov": 0.0, "root_interval": 1},
@@ -49,10 +48,7 @@ def log(msg: str) -> None:
 
 
 def _save(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps(obj, allow_nan=True))
-    os.replace(tmp, path)
+    M.write_json(path, obj)
 
 
 def _rounded(x, digits=5):
@@ -86,7 +82,7 @@ def mechanism(bench_path: Path, out: Path, size: str, profile_sizes=("full", Non
     bench = json.loads(bench_path.read_text())
     if bench["size"] != size:
         raise ValueError(f"{bench_path} is at size {bench['size']!r}, not {size!r}")
-    res = json.loads(out.read_text()) if out.exists() else {"size": size, "bench": str(bench_path.name), "runs": {},
+    res = M.read_json(out) if out.exists() else {"size": size, "bench": str(bench_path.name), "runs": {},
                                                              "commands": []}
     res["commands"].append({"argv": [Path(sys.argv[0]).name, *sys.argv[1:]],
                             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "environment": BP.environment()})
@@ -166,7 +162,7 @@ def print_summary(path: Path) -> None:
 
 def print_mechanism(path: Path) -> None:
     """The mechanism's numbers (:func:`isolab.book.lm_mechanism.summarize`) as short tables."""
-    s = M.summarize(json.loads(path.read_text())["runs"])
+    s = M.summarize(M.read_json(path)["runs"])
     print("\n== Iso's batch-step norm on the probes / Muon's norm (median over layers), at probe steps; "
           "largest ρ; direction norm / Muon's and relative step, steps 1-25, 26-300, 301-end")
     for key, v in s["norms"].items():

@@ -1,7 +1,7 @@
 r"""Reading the language-model benchmark's saved files for Chapter 14 (read only).
 
 ``results/lm_benchmark.json`` (:mod:`isolab.book.lm_bench_protocol`) holds the pilot, every
-search and the held-out runs; ``results/lm_mechanism.json`` (:mod:`isolab.book.lm_mechanism`)
+search and the held-out runs; ``results/lm_mechanism.json.gz`` (:mod:`isolab.book.lm_mechanism`)
 the measurements of why Iso's step has the wrong size. Both are written by
 ``scripts/lm_benchmark.py`` as runs finish, so either may be partial: every function here
 returns only what the file holds, and the chapter states what is missing as "not yet
@@ -53,10 +53,12 @@ def load(name: str = "lm_benchmark.json", root: Path | None = None) -> dict:
     return json.loads(((root or RESULTS) / name).read_text())
 
 
-def mechanism(name: str = "lm_mechanism.json", root: Path | None = None) -> Optional[dict]:
+def mechanism(name: str = "lm_mechanism.json.gz", root: Path | None = None) -> Optional[dict]:
     """The mechanism file, or ``None`` while it does not exist."""
+    from .lm_mechanism import read_json
+
     path = (root or RESULTS) / name
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if path.exists() else None
 
 
 def mechanism_summary(mech: Optional[Mapping]) -> Optional[dict]:
@@ -222,7 +224,7 @@ def mechanism_text(summary: Optional[Mapping], mech: Optional[Mapping] = None) -
     "not yet measured" for what the file does not hold."""
     if not summary:
         return ("**Measured along the runs:** not yet measured (the mechanism's runs, "
-                "`results/lm_mechanism.json`, have not finished).")
+                "`results/lm_mechanism.json.gz`, have not finished).")
     out = []
     for arch, label in ARCH_NAMES.items():
         found = _norm_run(summary, arch)

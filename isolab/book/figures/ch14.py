@@ -1,7 +1,7 @@
 r"""Figures and the explorable of Chapter 14, *Iso on the models people train*.
 
 Everything drawn from the benchmark reads ``results/lm_benchmark.json`` and
-``results/lm_mechanism.json`` through :mod:`isolab.book.lm_bench_results`; a part the files do
+``results/lm_mechanism.json.gz`` through :mod:`isolab.book.lm_bench_results`; a part the files do
 not hold yet is drawn as the words "not yet measured", never as a curve.
 
 - :func:`hero`: the held-out losses at the shortest budget (left) and, per hidden layer, Iso's
