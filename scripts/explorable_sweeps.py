@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -33,11 +32,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from isolab.book.engine import sweep  # noqa: E402
 from isolab.book.engine.defaults import library_defaults  # noqa: E402
 from isolab.book.engine.rules_lanes import resolve_hyper  # noqa: E402
 from isolab.book.lm import environment  # noqa: E402
-from isolab.book.problems import DeepLinearRegression, GaussianFeatures  # noqa: E402
+from isolab.book.figures.ch10_protocol import edge_losses, edge_problem  # noqa: E402
+from isolab.book.problems import DeepLinearRegression  # noqa: E402
 
 OUT = ROOT / "results" / "sweeps_explorable.npz"
 COMMAND = "python scripts/explorable_sweeps.py"
@@ -59,29 +58,10 @@ def hyper(name: str) -> dict:
     return h
 
 
-class ScaledFeatures(GaussianFeatures):
-    """:class:`GaussianFeatures` whose covariance is multiplied by ``scale``."""
-
-    def __init__(self, n: int, condition_number: float, angle: float, scale: float):
-        super().__init__(n, condition_number, angle)
-        self.scale = float(scale)
-        self.sigma = self.sigma * self.scale
-        self.sigma_sqrt = self.sigma_sqrt * math.sqrt(self.scale)
-
-    def describe(self) -> dict:
-        return {**super().describe(), "scale": self.scale}
-
-
-def features(kappa: float, scale: str, angle: float) -> ScaledFeatures:
+def problem(kappa: float, scale: str, angle: float) -> DeepLinearRegression:
     """Σ with condition number ``kappa``: ``tr Σ = n`` (``"trace"``) or smallest eigenvalue 1
     (``"floor"``), eigenbasis turned by ``angle`` degrees."""
-    base = GaussianFeatures(N, kappa, math.radians(angle))
-    factor = 1.0 if scale == "trace" else 1.0 / float(torch.linalg.eigvalsh(base.sigma).min())
-    return ScaledFeatures(N, kappa, math.radians(angle), factor)
-
-
-def problem(kappa: float, scale: str, angle: float) -> DeepLinearRegression:
-    return DeepLinearRegression(n=N, depth=DEPTH, batch=BATCH, features=features(kappa, scale, angle))
+    return edge_problem(N, DEPTH, BATCH, kappa, scale, angle)
 
 
 def lrs() -> np.ndarray:
@@ -90,10 +70,7 @@ def lrs() -> np.ndarray:
 
 def relative_losses(name: str, kappa: float, scale: str, angle: float) -> np.ndarray:
     """``(seeds, lrs)``: the loss after ``STEPS`` steps over the initial loss (NaN: diverged)."""
-    s = sweep(problem(kappa, scale, angle), name, lrs(), STEPS, seeds=SEEDS, hyper=hyper(name), record_norms=False,
-              progress=False, dtype=torch.float32, num_threads=1)
-    out = s.final_loss(diverged=np.nan) / s.loss[:, :, 0]
-    return out
+    return edge_losses(problem(kappa, scale, angle), name, lrs(), STEPS, SEEDS, hyper(name))
 
 
 def main(argv=None) -> int:
@@ -106,7 +83,7 @@ def main(argv=None) -> int:
     relative = np.full(shape, np.nan)
     lam_max = np.zeros((len(KAPPAS), len(SCALES)))
     for (i, k), (j, sc), (a, ang) in itertools.product(enumerate(KAPPAS), enumerate(SCALES), enumerate(ANGLES)):
-        lam_max[i, j] = float(torch.linalg.eigvalsh(features(k, sc, ang).sigma).max())
+        lam_max[i, j] = float(torch.linalg.eigvalsh(problem(k, sc, ang).features.sigma).max())
         for o, name in enumerate(OPTIMIZERS):
             relative[i, j, a, o] = relative_losses(name, k, sc, ang)
         print(f"kappa {k:g} {sc} {ang:g}: {time.perf_counter() - t0:.0f} s", flush=True)

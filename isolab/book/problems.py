@@ -92,17 +92,23 @@ def _check_int(name, value, low=1):
 class GaussianFeatures:
     r"""Inputs ``x = Sigma^{1/2} z``, ``z ~ N(0, I_n)``: covariance ``Sigma`` with condition
     number ``condition_number`` and rotation ``angle`` (see :mod:`isolab.book.features`;
-    ``tr Sigma = n``).  ``sample(batch, generator)`` has the distribution of
+    ``tr Sigma = n``, or ``n * scale`` with ``scale``).  ``sample(batch, generator)`` has the distribution of
     :func:`isolab.book.features.gaussian_features`, and the same values at ``angle = 0``; at
     other angles it multiplies by the symmetric root :math:`\Sigma^{1/2}` (the saved sweeps
     of Part III were drawn this way) where ``gaussian_features`` rotates one fixed cloud."""
 
-    def __init__(self, n: int, condition_number: float = 1.0, angle: float = 0.0):
+    def __init__(self, n: int, condition_number: float = 1.0, angle: float = 0.0, scale: float = 1.0):
         self.n = _check_int("n", n)
         self.condition_number = float(condition_number)
         self.angle = float(angle)
+        self.scale = float(scale)
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale must be a positive number, got {scale!r}")
         self.sigma = _features.covariance(self.n, self.condition_number, self.angle)
         self.sigma_sqrt = _features.covariance_sqrt(self.n, self.condition_number, self.angle)
+        if self.scale != 1.0:  # Sigma times scale (tr Sigma = n * scale)
+            self.sigma = self.sigma * self.scale
+            self.sigma_sqrt = self.sigma_sqrt * math.sqrt(self.scale)
 
     def sample(self, batch: int, generator: torch.Generator) -> Tensor:
         """A ``(batch, n)`` float64 batch."""
@@ -110,10 +116,13 @@ class GaussianFeatures:
         return z @ self.sigma_sqrt
 
     def describe(self) -> dict:
-        return {"n": self.n, "condition_number": self.condition_number, "angle": self.angle}
+        out = {"n": self.n, "condition_number": self.condition_number, "angle": self.angle}
+        return out if self.scale == 1.0 else {**out, "scale": self.scale}
 
     def __repr__(self):
-        return f"GaussianFeatures(n={self.n}, condition_number={self.condition_number:g}, angle={self.angle:g})"
+        scale = "" if self.scale == 1.0 else f", scale={self.scale:g}"
+        return (f"GaussianFeatures(n={self.n}, condition_number={self.condition_number:g}, "
+                f"angle={self.angle:g}{scale})")
 
 
 class LinearProblem:

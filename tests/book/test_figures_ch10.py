@@ -126,3 +126,26 @@ def test_prefix_check_notices_a_changed_rate():
     assert row.holds
     gap = P.prefix_gap(fig3[0]["iso"]["sweep"], DeepLinearRegression(32, 5, 128), 7, 1.05)
     assert gap > P.NOTICED
+
+
+def test_step_lengths_measure_the_update_over_the_rate():
+    """Plain SGD's update over the rate is the gradient: its length is the gradient's norm."""
+    from isolab.book.problems import DeepLinearRegression
+
+    problem = DeepLinearRegression(8, 3, 16)
+    lengths = P.step_lengths(problem, "sgd", 0.01, {"momentum": 0.0}, 1, seed=0)
+    model = problem.reference_model(problem.initial_weights(0).to(torch.float64))
+    X, T = problem.batch(0, 0)
+    problem.reference_loss(model(X.to(torch.float64)), T.to(torch.float64)).backward()
+    np.testing.assert_allclose(lengths[0], [float(m.weight.grad.norm()) for m in model], rtol=1e-10)
+    assert lengths.shape == (1, 3)
+
+
+def test_edge_problem_fixes_the_scale_by_the_trace_or_the_smallest_eigenvalue():
+    for scale, check in (("trace", lambda e: math.isclose(float(e.sum()), 16, rel_tol=1e-9)),
+                         ("floor", lambda e: math.isclose(float(e.min()), 1, rel_tol=1e-9)
+                          and math.isclose(float(e.max()), 100, rel_tol=1e-6))):
+        sigma = P.edge_problem(16, 2, 8, 100.0, scale, 45.0).features.sigma
+        assert check(torch.linalg.eigvalsh(sigma))
+    with pytest.raises(ValueError, match="'diagonal'"):
+        P.edge_problem(16, 2, 8, 100.0, "diagonal", 0.0)

@@ -95,3 +95,13 @@ def test_one_step_regression_first_steps():
     assert torch.linalg.matrix_norm(iso - pred["iso"]) / 2 < 0.02  # msign(Sigma A)
     torch.testing.assert_close(pred["iso"], linalg.msign(p.sigma @ p.target_matrix(0)))
     assert np.mean((torch.sign(sgd) == pred["adam"]).numpy()) > 0.9
+
+
+def test_gaussian_features_scale_multiplies_the_covariance():
+    base, big = GaussianFeatures(6, 10.0, 0.3), GaussianFeatures(6, 10.0, 0.3, scale=4.0)
+    torch.testing.assert_close(big.sigma, 4.0 * base.sigma, rtol=1e-12, atol=0)
+    torch.testing.assert_close(big.sigma_sqrt @ big.sigma_sqrt, big.sigma, rtol=1e-10, atol=1e-12)
+    assert "scale" not in base.describe() and big.describe()["scale"] == 4.0 and "scale=4" in repr(big)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="scale must be a positive number"):
+            GaussianFeatures(6, 10.0, 0.0, scale=bad)

@@ -87,12 +87,8 @@ def _plain(v):
 def test_saved_results_follow_the_protocol(name, part):
     config = rs.FULL if name == "full" else rs.REDUCED
     results = _saved(config, part)
-    version = next(iter(results)).info["run"]["config"].get("protocol")
-    if version != config["protocol"]:
-        # an earlier protocol's run, kept while the chapter that reads it is not yet rerun
-        # (Chapter 10 reads Figure 4's and the ablation's version-2 runs): not this protocol's
-        pytest.xfail(f"{part}: a protocol-{version} run; its protocol-{config['protocol']} rerun "
-                     "is pending")
+    assert {s.info["run"]["config"]["protocol"] for s in results} == {config["protocol"]}, \
+        f"{part}: every entry a run of protocol {config['protocol']}"
     expected = [j["label"] for j in rs.jobs(config, part)]
     assert results.labels == [x for x in expected if x in results.labels], "entries in the script's order"
     tuning = set(config["tuning_seeds"])
@@ -182,14 +178,21 @@ def test_saved_results_follow_the_protocol(name, part):
         assert run["wall_seconds"] > 0
 
 
-def test_every_saved_entry_is_interior_in_the_full_results():
-    """The protocol's edge check, on what the chapter reports (a failure names the entry)."""
+#: Entries whose chosen rate lies at an end of the rates searched. The protocol keeps them
+#: (no grid is moved or rerun) and the chapter discloses each one (Chapter 10, §10.2 and
+#: §10.4: K-FAC's rate sits at the top of its range at every budget of Figure 4).
+DISCLOSED_AT_AN_EDGE = {"fig4/b500/kfac", "fig4/b1000/kfac", "fig4/b2000/kfac"}
+
+
+def test_every_entry_at_an_edge_is_disclosed_in_the_full_results():
+    """The protocol's edge check, on what the chapter reports: an entry at an edge that the
+    chapter does not disclose fails here (a failure names the entry)."""
     at_edge = []
     for part in rs.PARTS:
         path = rs.output_path(rs.FULL, part)
         if path.exists():
             at_edge += [s.label for s in load(path) if not s.info["tuned"]["interior"]]
-    assert not at_edge, f"chosen lr at an edge of every rate searched: {at_edge}"
+    assert set(at_edge) <= DISCLOSED_AT_AN_EDGE, f"chosen lr at an edge of every rate searched: {at_edge}"
 
 
 def _rerun(config, part, s, steps=None, lr_factor=1.0, seeds=None):

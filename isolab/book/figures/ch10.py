@@ -182,17 +182,18 @@ def budget_figure(by_budget: Mapping[int, Mapping[str, Mapping]], xlabel: str, t
 
 def variant_label(variant: str) -> str:
     """``"momentum=0.9,placement=update"`` -> ``"momentum 0.9, after whitening"``."""
-    if variant == "default":
-        return "our reading (default)"
+    if variant in ("default", "tuned"):
+        return "Figure 4's setting" if variant == "tuned" else "our reading (default)"
     parts = []
     for item in variant.split(","):
         key, _, value = item.partition("=")
         if key == "placement":
-            parts.append("after whitening" if value == "update" else "before whitening")
+            parts.append("momentum after whitening" if value == "update" else "momentum before whitening")
         elif key == "root_interval":
             parts.append(f"roots every {value} step" + ("s" if value != "1" else ""))
         else:
-            parts.append(f"{key.replace('beta_cov', 'β_cov').replace('beta1', 'β₁')} {value}")
+            words = {"beta_cov": "β_cov", "beta1": "β₁", "weight_decay": "weight decay", "damping": "damping"}
+            parts.append(f"{words.get(key, key)} {value}")
     return ", ".join(parts)
 
 
@@ -297,6 +298,15 @@ class EdgeGrid:
         ok = np.isfinite(self.values(name, kappa, scale, angle)).all(axis=0)
         bad = np.flatnonzero(~ok)
         return float(self.lrs[bad[0] - 1] if bad.size and bad[0] > 0 else (self.lrs[-1] if not bad.size else np.nan))
+
+    def retrain(self, name, kappa, scale, angle) -> np.ndarray:
+        """The ``(seeds, lrs)`` sweep of one setting trained again now, from the file's own
+        metadata (:func:`isolab.book.figures.ch10_protocol.edge_losses`)."""
+        from isolab.book.figures.ch10_protocol import edge_losses, edge_problem
+
+        m = self.meta
+        problem = edge_problem(m["n"], m["depth"], m["batch"], kappa, scale, angle)
+        return edge_losses(problem, name, self.lrs, m["steps"], m["seeds"], m["hyper"][name])
 
     def best(self, name, kappa, scale, angle) -> tuple[float, float]:
         """``(lr, median)`` at the rate with the lowest median over seeds."""

@@ -25,7 +25,7 @@ from isolab.book.figures.ch10 import label
 __all__ = ["PARTS", "SETS", "load_protocol", "summaries", "both_sets", "paired", "verdict", "versus", "pair_row",
            "table", "settings_table", "trials_lines", "knob_edges", "range_positions", "paper_claims",
            "prefix_gap", "prefix_check", "PROTOCOL_LINE", "PAPERS_FOUR", "reached", "best_rates",
-           "rate_per_decade"]
+           "rate_per_decade", "edge_problem", "edge_losses", "step_lengths"]
 
 PARTS = ("fig3", "fig4", "ablation")
 SETS = ("heldout", "fresh")
@@ -323,4 +323,55 @@ def rate_per_decade(entry: Mapping, rung: int = 0) -> dict:
         pts = sorted((d, lr) for (m, d), (lr, _) in best.items() if m == mu)
         decades = math.log10(pts[-1][0] / pts[0][0])
         out[mu] = (pts[-1][1] / pts[0][1]) ** (1 / decades)
+    return out
+
+
+# ------------------------------------------------------------------ the centerpiece's sweeps
+def edge_problem(n: int, depth: int, batch: int, kappa: float, scale: str, angle: float):
+    """The centerpiece's deep linear regression: inputs with covariance Σ of condition number
+    ``kappa``, its eigenbasis turned by ``angle`` degrees, its scale fixed by ``tr Σ = n``
+    (``scale="trace"``) or by its smallest eigenvalue 1 (``"floor"``: the largest is κ)."""
+    import torch
+
+    from isolab.book.problems import DeepLinearRegression, GaussianFeatures
+
+    if scale not in ("trace", "floor"):
+        raise ValueError(f"scale must be 'trace' or 'floor', got {scale!r}")
+    base = GaussianFeatures(n, kappa, math.radians(angle))
+    factor = 1.0 if scale == "trace" else 1.0 / float(torch.linalg.eigvalsh(base.sigma).min())
+    return DeepLinearRegression(n=n, depth=depth, batch=batch,
+                                features=GaussianFeatures(n, kappa, math.radians(angle), factor))
+
+
+def edge_losses(problem, name: str, lrs, steps: int, seeds, hyper: Mapping) -> np.ndarray:
+    """``(seeds, lrs)``: each lane's loss after ``steps`` steps over its initial loss (NaN:
+    the lane diverged), float32 on one thread, as the saved centerpiece grid was made."""
+    import torch
+
+    from isolab.book.engine import sweep
+
+    s = sweep(problem, name, np.asarray(lrs), steps, seeds=list(seeds), hyper=dict(hyper), record_norms=False,
+              progress=False, dtype=torch.float32, num_threads=1)
+    return s.final_loss(diverged=np.nan) / s.loss[:, :, 0]
+
+
+# ------------------------------------------------------------------ the damping's mechanism
+def step_lengths(problem, name: str, lr: float, hyper: Mapping, steps: int, seed: int) -> np.ndarray:
+    """``(steps, layers)``: the length of every layer's update over the rate,
+    ``||W_{t+1} - W_t||_F / lr``, of the ``torch.optim`` optimizer the engine's ``name``
+    reproduces, trained at a constant rate in float64 on ``problem``'s batches of ``seed``."""
+    import torch
+
+    from isolab.book.engine.reference import make_optimizer
+
+    model = problem.reference_model(problem.initial_weights(seed).to(torch.float64))
+    opt = make_optimizer(name, model, lr, dict(hyper))
+    out = np.zeros((steps, problem.depth))
+    for t in range(steps):
+        X, T = problem.batch(t, seed)
+        before = [m.weight.detach().clone() for m in model]
+        opt.zero_grad()
+        problem.reference_loss(model(X.to(torch.float64)), T.to(torch.float64)).backward()
+        opt.step()
+        out[t] = [float((m.weight.detach() - b).norm()) / lr for m, b in zip(model, before)]
     return out
